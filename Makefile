@@ -1,0 +1,82 @@
+# Two commands do everything on a fresh machine: `make demo` and `make test`.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+REQS := requirements-dev.txt functions/requirements.txt training_image/requirements.txt constraints.txt \
+        pyproject.toml package-lock.json
+# The stamp is keyed on the requirement files: a second `make` skips the install unless one changed.
+STAMP := $(VENV)/.stamp-$(shell cat $(REQS) | sha256sum | cut -c1-16)
+# The Lambda runtime named in template.yaml's Globals, e.g. python3.13 -> 3.13.
+LAMBDA_PYTHON := $(shell sed -n 's/^ *Runtime: *python\([0-9.]*\).*/\1/p' template.yaml 2>/dev/null | head -1)
+export SAM_CLI_TELEMETRY := 0
+export AWS_DEFAULT_REGION ?= us-east-1
+
+.PHONY: help setup test lint validate package-check pytest demo bench clean lock image
+
+help:
+	@echo "make demo   - run the whole retraining flow on the embedded AWS emulation"
+	@echo "make test   - every test and gate (ruff, mypy, pytest, sam/cfn-lint, asl-validator, packaging)"
+	@echo "make lint | validate | bench | image | lock | clean"
+
+setup: $(STAMP)
+
+$(STAMP): $(REQS)
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt -c constraints.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	npm ci --no-audit --no-fund --silent
+	rm -f $(VENV)/.stamp-*
+	touch $@
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy --strict functions/controller retrain
+	$(BIN)/mypy training_image bench
+
+validate: setup package-check
+	@if [ -f template.yaml ]; then \
+	  $(BIN)/sam validate --lint --template template.yaml --region $(AWS_DEFAULT_REGION) && \
+	  $(BIN)/cfn-lint template.yaml; \
+	else echo "validate: no template.yaml yet"; fi
+	@for f in statemachine/*.asl.json; do \
+	  [ -e "$$f" ] || { echo "validate: no state machine yet"; break; }; \
+	  $(BIN)/python -m retrain.dev.asl_check "$$f" | node_modules/.bin/asl-validator --json-path /dev/stdin; \
+	done
+
+# The Lambda dependencies must install for the template's runtime and the Lambda platform.
+package-check: setup
+	@if [ -z "$(LAMBDA_PYTHON)" ]; then echo "package-check: no Lambda runtime in template.yaml yet"; \
+	elif command -v python$(LAMBDA_PYTHON) >/dev/null; then $(BIN)/sam build --template template.yaml; \
+	else rm -rf build/lambda-package && \
+	  $(BIN)/python -m pip install --quiet --disable-pip-version-check --only-binary=:all: \
+	    --python-version $(LAMBDA_PYTHON) --implementation cp --platform manylinux2014_x86_64 \
+	    -r functions/requirements.txt --target build/lambda-package && \
+	  echo "package-check: functions/requirements.txt installs for python$(LAMBDA_PYTHON) on manylinux2014_x86_64"; fi
+
+pytest: setup
+	$(BIN)/python -m pytest -n 2 --dist loadgroup || { rc=$$?; \
+	  [ $$rc -ne 5 ] || echo "pytest collected no tests: the suite is broken" >&2; exit $$rc; }
+
+test: lint validate pytest
+
+demo: setup
+	$(BIN)/retrain demo
+
+bench: setup
+	$(BIN)/python bench/run.py
+
+image:
+	docker build -t retrain-training:latest training_image
+
+# Regenerate constraints.txt from what is installed (after changing a requirement file).
+lock:
+	$(BIN)/python -m pip freeze --exclude-editable | sed 's/^torch==\(.*\)+cpu$$/torch==\1/' > constraints.txt
+
+# Build outputs only: .retrain/ (the embedded stack's state) and runs/ (reports) are kept.
+clean:
+	rm -rf $(VENV) node_modules build .aws-sam .mypy_cache .ruff_cache .pytest_cache

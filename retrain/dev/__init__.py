@@ -1,0 +1,1 @@
+"""Development tools used by the Makefile's gates."""
