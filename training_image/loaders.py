@@ -1,0 +1,306 @@
+"""The loader interface train.py uses, the augmentation ranges every loader shares, and the PyTorch
+DataLoader implementation (PIL decode, CPU augmentations). The DALI loader lives in dali_loader.py.
+
+Every loader yields, for an epoch, `(images float NCHW normalised, labels int64)` batches in the
+order `data.epoch_order(len(samples), seed, epoch)` sharded by `data.rank_batches`, starting at any
+batch, so a resumed run continues with exactly the batches an uninterrupted run would see.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol
+
+import data
+import numpy as np
+import torch
+from PIL import Image
+
+# Augmentation ranges, defined once: the DALI loader imports these.
+CROP_SCALE = (0.08, 1.0)
+CROP_RATIO = (3.0 / 4.0, 4.0 / 3.0)
+FLIP_PROBABILITY = 0.5
+ROTATION_DEGREES = 15.0  # uniform in [-ROTATION_DEGREES, ROTATION_DEGREES]
+EVAL_RESIZE_RATIO = 8.0 / 7.0  # eval: shorter side to image_size * 8/7, then center crop
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+LOADER_STATE_VERSION = 1
+
+
+class Loader(Protocol):
+    def __len__(self) -> int:
+        """Batches per epoch for this rank."""
+        ...
+
+    def epoch(self, epoch: int, start_batch: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """(images float NCHW normalised, labels int64) for that epoch's order, from start_batch."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """What the loader needs to resume; stored in the checkpoint."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+def eval_resize_size(image_size: int) -> int:
+    return round(image_size * EVAL_RESIZE_RATIO)
+
+
+def random_resized_crop_box(
+    width: int, height: int, rng: np.random.Generator
+) -> tuple[float, float, float, float]:
+    """torchvision's RandomResizedCrop box: 10 tries at a random area and aspect, else a center crop."""
+    area = width * height
+    log_ratio = (math.log(CROP_RATIO[0]), math.log(CROP_RATIO[1]))
+    for _ in range(10):
+        target = area * rng.uniform(*CROP_SCALE)
+        aspect = math.exp(rng.uniform(*log_ratio))
+        w = round(math.sqrt(target * aspect))
+        h = round(math.sqrt(target / aspect))
+        if 0 < w <= width and 0 < h <= height:
+            left = int(rng.integers(0, width - w + 1))
+            top = int(rng.integers(0, height - h + 1))
+            return (left, top, left + w, top + h)
+    in_ratio = width / height
+    if in_ratio < CROP_RATIO[0]:
+        w, h = width, round(width / CROP_RATIO[0])
+    elif in_ratio > CROP_RATIO[1]:
+        w, h = round(height * CROP_RATIO[1]), height
+    else:
+        w, h = width, height
+    left, top = (width - w) // 2, (height - h) // 2
+    return (left, top, left + w, top + h)
+
+
+def to_tensor(image: Image.Image) -> torch.Tensor:
+    """CHW float normalised with the ImageNet mean and standard deviation."""
+    array = np.asarray(image, dtype=np.float32) / 255.0
+    array = (array - np.asarray(IMAGENET_MEAN, dtype=np.float32)) / np.asarray(IMAGENET_STD, dtype=np.float32)
+    return torch.from_numpy(np.ascontiguousarray(array.transpose(2, 0, 1)))
+
+
+def train_transform(
+    image: Image.Image, image_size: int, augment_load: int, rng: np.random.Generator
+) -> torch.Tensor:
+    image = image.convert("RGB")
+    box = random_resized_crop_box(image.width, image.height, rng)
+    image = image.resize((image_size, image_size), Image.Resampling.BILINEAR, box=box)
+    for _ in range(augment_load):
+        if rng.random() < FLIP_PROBABILITY:
+            image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        angle = float(rng.uniform(-ROTATION_DEGREES, ROTATION_DEGREES))
+        image = image.rotate(angle, resample=Image.Resampling.BILINEAR)
+    return to_tensor(image)
+
+
+def eval_transform(image: Image.Image, image_size: int) -> torch.Tensor:
+    image = image.convert("RGB")
+    short = eval_resize_size(image_size)
+    scale = short / min(image.width, image.height)
+    size = (max(short, round(image.width * scale)), max(short, round(image.height * scale)))
+    image = image.resize(size, Image.Resampling.BILINEAR)
+    left, top = (size[0] - image_size) // 2, (size[1] - image_size) // 2
+    return to_tensor(image.crop((left, top, left + image_size, top + image_size)))
+
+
+class _EpochDataset(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
+    """One epoch's items for a rank; item i is (position in the epoch order, sample)."""
+
+    def __init__(
+        self,
+        items: Sequence[tuple[int, data.Sample]],
+        *,
+        train: bool,
+        image_size: int,
+        augment_load: int,
+        seed: int,
+        epoch: int,
+    ) -> None:
+        self.items = items
+        self.train = train
+        self.image_size = image_size
+        self.augment_load = augment_load
+        self.seed = seed
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        position, sample = self.items[index]
+        with Image.open(sample.path) as image:
+            if self.train:
+                rng = np.random.Generator(np.random.PCG64(data.sample_seed(self.seed, self.epoch, position)))
+                tensor = train_transform(image, self.image_size, self.augment_load, rng)
+            else:
+                tensor = eval_transform(image, self.image_size)
+        return tensor, sample.label
+
+
+class TorchLoader:
+    """PyTorch DataLoader over PIL decode and CPU augmentations; batches follow `data.rank_batches`."""
+
+    kind = "torch"
+
+    def __init__(
+        self,
+        samples: Sequence[data.Sample],
+        *,
+        train: bool,
+        batch_size: int,
+        image_size: int,
+        augment_load: int,
+        seed: int,
+        num_workers: int,
+        device: torch.device,
+        rank: int = 0,
+        world_size: int = 1,
+        delay_ms: int = 0,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch-size must be at least 1, got {batch_size}")
+        self.samples = list(samples)
+        self.train = train
+        self.batch_size = batch_size
+        self.image_size = image_size
+        self.augment_load = augment_load
+        self.seed = seed
+        self.num_workers = num_workers
+        self.pin_memory = device.type == "cuda"
+        self.rank = rank
+        self.world_size = world_size
+        self.delay_s = delay_ms / 1000.0
+        self.position = (0, 0)  # (epoch, next batch)
+
+    def __len__(self) -> int:
+        return data.num_batches(len(self.samples), self.batch_size, train=self.train)
+
+    def order(self, epoch: int) -> list[int]:
+        return (
+            data.epoch_order(len(self.samples), self.seed, epoch)
+            if self.train
+            else list(range(len(self.samples)))
+        )
+
+    def epoch(self, epoch: int, start_batch: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        order = self.order(epoch)
+        batches = data.rank_batches(
+            order, self.batch_size, train=self.train, rank=self.rank, world_size=self.world_size
+        )[start_batch:]
+        if not batches:
+            return
+        positions = {index: position for position, index in enumerate(order)}
+        flat = [(positions[i], self.samples[i]) for batch in batches for i in batch]
+        dataset = _EpochDataset(
+            flat,
+            train=self.train,
+            image_size=self.image_size,
+            augment_load=self.augment_load,
+            seed=self.seed,
+            epoch=epoch,
+        )
+        sampler = _BatchSampler([len(b) for b in batches])
+        loader = torch.utils.data.DataLoader(
+            dataset,
+            batch_sampler=sampler,
+            num_workers=self.num_workers,
+            pin_memory=self.pin_memory,
+        )
+        for number, (images, labels) in enumerate(loader, start=start_batch):
+            if self.delay_s:
+                time.sleep(self.delay_s)
+            self.position = (epoch, number + 1)
+            yield images, labels.to(torch.int64)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "version": LOADER_STATE_VERSION,
+            "seed": self.seed,
+            "num_samples": len(self.samples),
+            "epoch": self.position[0],
+            "next_batch": self.position[1],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        expected = {"seed": self.seed, "num_samples": len(self.samples)}
+        found = {key: state.get(key) for key in expected}
+        if found != expected:
+            raise ValueError(
+                f"the checkpoint's loader state {found} does not match this job {expected}: "
+                "the data or seed changed since the checkpoint; start a new training job"
+            )
+        self.position = (int(state["epoch"]), int(state["next_batch"]))
+
+
+class _BatchSampler(torch.utils.data.Sampler[list[int]]):
+    """Consecutive index ranges of the given sizes over the flattened epoch items."""
+
+    def __init__(self, sizes: Sequence[int]) -> None:
+        self.sizes = list(sizes)
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        start = 0
+        for size in self.sizes:
+            yield list(range(start, start + size))
+            start += size
+
+
+def resolve_kind(kind: str, device: torch.device) -> str:
+    """`auto` picks DALI when a GPU is present and DALI imports, the DataLoader otherwise."""
+    if kind != "auto":
+        return kind
+    if device.type != "cuda":
+        return "torch"
+    try:
+        import nvidia.dali  # noqa: F401
+    except ImportError:
+        return "torch"
+    return "dali"
+
+
+def build_loader(
+    kind: str,
+    samples: Sequence[data.Sample],
+    *,
+    train: bool,
+    batch_size: int,
+    image_size: int,
+    augment_load: int,
+    seed: int,
+    num_workers: int,
+    device: torch.device,
+    rank: int = 0,
+    world_size: int = 1,
+    delay_ms: int = 0,
+) -> Loader:
+    """A loader of `kind` (torch | dali | auto). `batch_size` is the GLOBAL batch; each rank yields
+    its slice of every global batch (see data.rank_batches). A DALI loader is built as
+    `dali_loader.DaliLoader(samples, **the same keyword arguments)`."""
+    options: dict[str, Any] = {
+        "train": train,
+        "batch_size": batch_size,
+        "image_size": image_size,
+        "augment_load": augment_load,
+        "seed": seed,
+        "num_workers": num_workers,
+        "device": device,
+        "rank": rank,
+        "world_size": world_size,
+        "delay_ms": delay_ms,
+    }
+    resolved = resolve_kind(kind, device)
+    if resolved == "torch":
+        return TorchLoader(samples, **options)
+    if resolved == "dali":
+        dali_loader = importlib.import_module("dali_loader")  # lazily: DALI is large and GPU-oriented
+        loader: Loader = dali_loader.DaliLoader(samples, **options)
+        return loader
+    raise ValueError(f"unknown loader {kind!r}: use torch, dali or auto")
