@@ -1,0 +1,151 @@
+"""Every control-plane name that crosses a boundary, defined once.
+
+The Lambdas, the state machine's inputs, the CLI and the embedded runtime read S3 layouts, table keys,
+environment variable names and stack output keys from here (template.yaml and the ASL keep copies
+that tests compare to this module).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+# --- Uploads: s3://<DataBucket>/data/<dataset>/<label>/<image> -------------------------------------
+DATA_PREFIX: Final = "data/"
+IMAGE_EXTENSIONS: Final = (".jpg", ".jpeg", ".png")  # copy of contract.IMAGE_EXTENSIONS (tested)
+NAME_PATTERN: Final = r"[A-Za-z0-9][A-Za-z0-9_-]*"
+DATASET_RE: Final = re.compile(rf"^{NAME_PATTERN}$")
+LABEL_RE: Final = DATASET_RE
+MAX_DATASET_LENGTH: Final = 40
+MAX_LABEL_LENGTH: Final = 64
+MAX_FILENAME_LENGTH: Final = 255
+MAX_IMAGE_BYTES: Final = 50 * 1024 * 1024
+
+
+def upload_key(dataset: str, label: str, filename: str) -> str:
+    return f"{DATA_PREFIX}{dataset}/{label}/{filename}"
+
+
+def dataset_prefix(dataset: str) -> str:
+    """The S3 prefix that holds one data set (the train channel's root)."""
+    return f"{DATA_PREFIX}{dataset}/"
+
+
+# --- Artifacts: s3://<ArtifactBucket>/runs/<dataset>/<run_id>/... -------------------------------------
+RUNS_PREFIX: Final = "runs/"
+CHECKPOINTS_PREFIX: Final = "checkpoints/"
+MANIFEST_DIR: Final = "manifest"
+OBJECTS_FILE: Final = "objects.jsonl"  # the frozen ledger rows of a run (key, version, sequencer, ...)
+FSX_REPORTS_DIR: Final = "fsx-reports"
+
+
+def run_prefix(dataset: str, run_id: str) -> str:
+    return f"{RUNS_PREFIX}{dataset}/{run_id}/"
+
+
+def manifest_prefix(dataset: str, run_id: str) -> str:
+    """The manifest channel's S3 prefix (the container reads <prefix>manifest.jsonl)."""
+    return f"{run_prefix(dataset, run_id)}{MANIFEST_DIR}/"
+
+
+def objects_key(dataset: str, run_id: str) -> str:
+    return f"{run_prefix(dataset, run_id)}{OBJECTS_FILE}"
+
+
+def output_prefix(dataset: str, run_id: str) -> str:
+    """Where training, tuning and processing jobs of a run write their outputs."""
+    return f"{run_prefix(dataset, run_id)}output/"
+
+
+def evaluation_prefix(dataset: str, run_id: str, name: str) -> str:
+    return f"{run_prefix(dataset, run_id)}evaluation/{name}/"
+
+
+def rules_prefix(dataset: str, run_id: str) -> str:
+    return f"{run_prefix(dataset, run_id)}rules/"
+
+
+def checkpoint_prefix(dataset: str, run_id: str) -> str:
+    """CheckpointConfig.S3Uri of a run; objects land at <prefix><job>/<host>/ckpt-<step>.pt."""
+    return f"{CHECKPOINTS_PREFIX}{dataset}/{run_id}/"
+
+
+def checkpoint_eval_prefix(dataset: str, run_id: str, step: int) -> str:
+    return f"{run_prefix(dataset, run_id)}checkpoint-evaluation/{step:09d}/"
+
+
+CHECKPOINT_KEY_RE: Final = re.compile(
+    rf"^{CHECKPOINTS_PREFIX}(?P<dataset>{NAME_PATTERN})/(?P<run_id>[A-Za-z0-9_-]+)/"
+    r"(?P<job>[^/]+)/(?P<host>[^/]+)/ckpt-(?P<step>\d{9})\.pt$"
+)
+
+# --- DynamoDB --------------------------------------------------------------------------------------
+# Ledger: one row per uploaded object. PK dataset, SK key. Pending rows also carry PENDING_INDEX_PK so
+# the sparse index lists a dataset's pending uploads by upload time.
+LEDGER_PK: Final = "dataset"
+LEDGER_SK: Final = "key"
+LEDGER_PENDING_INDEX: Final = "pending-by-upload-time"
+LEDGER_PENDING_PK: Final = "pending_dataset"
+LEDGER_PENDING_SK: Final = "uploaded_at"
+
+STATE_PENDING: Final = "pending"
+STATE_REJECTED: Final = "rejected"
+STATE_TRAINED: Final = "trained"
+
+# Runs: one row per run. PK dataset, SK run_id.
+RUNS_PK: Final = "dataset"
+RUNS_SK: Final = "run_id"
+
+# Datasets: one row per data set: the run lock, the run counter, the last tuning job and champion.
+DATASETS_PK: Final = "dataset"
+LOCK_ATTRIBUTE: Final = "active_run"
+
+# --- Environment variables of the Lambdas ---------------------------------------------------------
+ENV_DATA_BUCKET: Final = "DATA_BUCKET"
+ENV_ARTIFACT_BUCKET: Final = "ARTIFACT_BUCKET"
+ENV_LEDGER_TABLE: Final = "LEDGER_TABLE"
+ENV_RUNS_TABLE: Final = "RUNS_TABLE"
+ENV_DATASETS_TABLE: Final = "DATASETS_TABLE"
+ENV_STATE_MACHINE_ARN: Final = "STATE_MACHINE_ARN"
+ENV_TOPIC_ARN: Final = "TOPIC_ARN"
+ENV_MIN_NEW_IMAGES: Final = "MIN_NEW_IMAGES"
+ENV_QUIET_PERIOD_SECONDS: Final = "QUIET_PERIOD_SECONDS"
+ENV_MAX_WAIT_SECONDS: Final = "MAX_WAIT_SECONDS"
+ENV_SETTINGS: Final = "RUN_SETTINGS"  # JSON: the template's training/tuning defaults (config.RunSettings)
+ENV_SAGEMAKER_ROLE_ARN: Final = "SAGEMAKER_ROLE_ARN"
+ENV_CHECKPOINT_EVAL_EVERY: Final = "CHECKPOINT_EVAL_EVERY"
+
+# --- CloudFormation outputs the CLI reads (template.yaml Outputs; a test compares) --------------
+STACK_OUTPUTS: Final = {
+    "data_bucket": "DataBucketName",
+    "artifact_bucket": "ArtifactBucketName",
+    "state_machine": "StateMachineArn",
+    "ledger_table": "LedgerTableName",
+    "runs_table": "RunsTableName",
+    "datasets_table": "DatasetsTableName",
+    "topic": "NotificationTopicArn",
+    "ingest_queue": "IngestQueueUrl",
+    "ingest_dlq": "IngestDeadLetterQueueUrl",
+    "sagemaker_role": "SageMakerRoleArn",
+    "dashboard": "DashboardName",
+    "model_package_group_prefix": "ModelPackageGroupPrefix",
+}
+
+# Model registry: one package group per data set.
+MODEL_PACKAGE_GROUP_PREFIX_DEFAULT: Final = "retrain-"
+
+
+def model_package_group(prefix: str, dataset: str) -> str:
+    return f"{prefix}{dataset}"
+
+
+# Metric namespace and names the Lambdas emit (dashboard and alarms read them).
+METRICS_NAMESPACE: Final = "Retrain"
+METRIC_ACCEPTED: Final = "AcceptedImages"
+METRIC_REJECTED: Final = "RejectedImages"
+METRIC_DUPLICATES: Final = "DuplicateDeliveries"
+METRIC_RUNS_STARTED: Final = "RunsStarted"
+METRIC_RUNS_SUCCEEDED: Final = "RunsSucceeded"
+METRIC_RUNS_REJECTED: Final = "RunsRejected"
+METRIC_RUNS_FAILED: Final = "RunsFailed"
+METRIC_CHECKPOINT_EVALS: Final = "CheckpointEvaluationsStarted"

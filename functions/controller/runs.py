@@ -1,0 +1,229 @@
+"""The run table: one record per training run, written by the Lambdas and read by the CLI.
+
+Readers use `get_run` and `list_runs` only; numbers come back as int or float (not Decimal).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, Required, TypedDict, cast
+
+import boto3
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+
+from controller import names
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+RunStatus = Literal["STARTING", "RUNNING", "SUCCEEDED", "REJECTED", "FAILED"]
+ACTIVE_STATUSES: tuple[RunStatus, ...] = ("STARTING", "RUNNING")
+FINAL_STATUSES: tuple[RunStatus, ...] = ("SUCCEEDED", "REJECTED", "FAILED")
+
+
+class RuleResult(TypedDict):
+    rule: str
+    status: str  # NoIssuesFound | IssuesFound | Error (Debugger's words)
+    step: NotRequired[int | None]
+    detail: NotRequired[str]
+
+
+class Evaluation(TypedDict, total=False):
+    """Accuracy of one model on the run's frozen validation set (evaluation.json's headline numbers)."""
+
+    top1: float
+    top3: float
+    job: str
+    model_data: str
+    checkpoint_step: int | None
+    report_uri: str
+
+
+class CheckpointEvaluation(TypedDict, total=False):
+    """One point of the accuracy-against-step curve, measured off the training instance."""
+
+    step: int
+    training_job: str
+    job: str
+    status: str  # InProgress | Completed | Failed
+    top1: float
+    top3: float
+
+
+class Gate(TypedDict):
+    decision: Literal["accepted", "rejected"]
+    reason: str
+
+
+class Failure(TypedDict):
+    error: str
+    cause: str
+
+
+class RunRecord(TypedDict, total=False):
+    dataset: Required[str]
+    run_id: Required[str]
+    status: Required[RunStatus]
+    trigger: str  # schedule | upload | manual
+    execution_arn: str
+    created_at: str  # ISO 8601, UTC
+    updated_at: str
+    finished_at: str
+    manifest_uri: str
+    manifest_size: int
+    new_images: int
+    labels: list[str]
+    data_source: str  # fsx | s3
+    import_task: str
+    tuning_job: str
+    best_training_job: str
+    best_hyperparameters: dict[str, str]
+    best_objective: float
+    final_training_job: str
+    model_data: str
+    training_seconds: int
+    billable_seconds: int
+    spot_saving: float  # 1 - billable / training, over every job of the run
+    rule_results: list[RuleResult]
+    rules_blocked: bool
+    challenger: Evaluation
+    champion: Evaluation
+    checkpoint_evaluations: list[CheckpointEvaluation]
+    gate: Gate
+    model_package_arn: str
+    failure: Failure
+
+
+_serializer = TypeSerializer()
+_deserializer = TypeDeserializer()
+
+
+def _to_dynamo(value: Any) -> Any:
+    if isinstance(value, float):
+        return Decimal(repr(value))
+    if isinstance(value, Mapping):
+        return {k: _to_dynamo(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_to_dynamo(v) for v in value]
+    return value
+
+
+def _from_dynamo(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, dict):
+        return {k: _from_dynamo(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_from_dynamo(v) for v in value]
+    return value
+
+
+def serialize(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Plain Python values as DynamoDB attribute values (floats become Decimals)."""
+    return {k: _serializer.serialize(_to_dynamo(v)) for k, v in values.items()}
+
+
+def deserialize(item: Mapping[str, Any]) -> dict[str, Any]:
+    """DynamoDB attribute values as plain Python values (numbers as int or float)."""
+    return {k: _from_dynamo(_deserializer.deserialize(v)) for k, v in item.items()}
+
+
+def _client(client: DynamoDBClient | None) -> DynamoDBClient:
+    return client if client is not None else boto3.client("dynamodb")
+
+
+def get_run(
+    dataset: str, run_id: str, *, table_name: str, client: DynamoDBClient | None = None
+) -> RunRecord | None:
+    """The record of one run, or None when the table has no such run."""
+    response = _client(client).get_item(
+        TableName=table_name,
+        Key=serialize({names.RUNS_PK: dataset, names.RUNS_SK: run_id}),
+        ConsistentRead=True,
+    )
+    item = response.get("Item")
+    return cast(RunRecord, deserialize(item)) if item else None
+
+
+def list_runs(
+    *, table_name: str, dataset: str | None = None, client: DynamoDBClient | None = None
+) -> list[RunRecord]:
+    """Runs of one data set (or of all), newest first."""
+    dynamodb = _client(client)
+    items: list[dict[str, Any]] = []
+    if dataset is not None:
+        paginator = dynamodb.get_paginator("query")
+        pages = paginator.paginate(
+            TableName=table_name,
+            KeyConditionExpression="#pk = :dataset",
+            ExpressionAttributeNames={"#pk": names.RUNS_PK},
+            ExpressionAttributeValues=serialize({":dataset": dataset}),
+            ConsistentRead=True,
+        )
+        for page in pages:
+            items.extend(page.get("Items", []))
+    else:
+        for page in dynamodb.get_paginator("scan").paginate(TableName=table_name, ConsistentRead=True):
+            items.extend(page.get("Items", []))
+    runs = [cast(RunRecord, deserialize(item)) for item in items]
+    runs.sort(key=lambda run: (run.get("created_at", ""), run["run_id"]), reverse=True)
+    return runs
+
+
+def put_run(record: RunRecord, *, table_name: str, client: DynamoDBClient | None = None) -> bool:
+    """Create a run record; False when one with the same key exists already (a retried start)."""
+    dynamodb = _client(client)
+    try:
+        dynamodb.put_item(
+            TableName=table_name,
+            Item=serialize(cast(Mapping[str, Any], record)),
+            ConditionExpression="attribute_not_exists(#sk)",
+            ExpressionAttributeNames={"#sk": names.RUNS_SK},
+        )
+    except dynamodb.exceptions.ConditionalCheckFailedException:
+        return False
+    return True
+
+
+def update_run(
+    dataset: str,
+    run_id: str,
+    fields: Mapping[str, Any],
+    *,
+    table_name: str,
+    client: DynamoDBClient | None = None,
+) -> None:
+    """Set `fields` on an existing run record (an absent record is an error, never created here)."""
+    if not fields:
+        return
+    attribute_names = {f"#f{i}": name for i, name in enumerate(fields)}
+    attribute_values = {f":v{i}": value for i, value in enumerate(fields.values())}
+    assignments = ", ".join(f"#f{i} = :v{i}" for i in range(len(fields)))
+    _client(client).update_item(
+        TableName=table_name,
+        Key=serialize({names.RUNS_PK: dataset, names.RUNS_SK: run_id}),
+        UpdateExpression=f"SET {assignments}",
+        ConditionExpression="attribute_exists(#sk)",
+        ExpressionAttributeNames={**attribute_names, "#sk": names.RUNS_SK},
+        ExpressionAttributeValues=serialize(attribute_values),
+    )
+
+
+def append_checkpoint_evaluation(
+    dataset: str,
+    run_id: str,
+    point: CheckpointEvaluation,
+    *,
+    table_name: str,
+    client: DynamoDBClient | None = None,
+) -> None:
+    """Add one point to the run's accuracy-against-step curve."""
+    _client(client).update_item(
+        TableName=table_name,
+        Key=serialize({names.RUNS_PK: dataset, names.RUNS_SK: run_id}),
+        UpdateExpression="SET #curve = list_append(if_not_exists(#curve, :empty), :point)",
+        ConditionExpression="attribute_exists(#sk)",
+        ExpressionAttributeNames={"#curve": "checkpoint_evaluations", "#sk": names.RUNS_SK},
+        ExpressionAttributeValues=serialize({":empty": [], ":point": [point]}),
+    )
