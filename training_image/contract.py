@@ -65,6 +65,11 @@ def checkpoint_name(step: int) -> str:
     return f"{CHECKPOINT_PREFIX}{step:09d}{CHECKPOINT_SUFFIX}"
 
 
+# Exit status of a run that SIGTERM interrupted after writing its checkpoint (128 + SIGTERM, as a
+# shell reports it); the spot-market emulation reads it as "interrupted", not "failed".
+INTERRUPTED_EXIT_CODE = 143
+
+
 # Metrics: one per stdout line, "epoch=<e> step=<s> <name>: <value>".
 METRIC_TRAIN_LOSS = "train-loss"
 METRIC_VAL_LOSS = "val-loss"
