@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import debugger
+import pytest
+from smdebug import modes
+from smdebug.trials import create_trial
+from torch import nn
+
+from tests.unit.debugger.loops import hook_args, paths_under, train_with_hook
+
+
+def test_hook_saves_losses_and_gradient_summaries_at_the_interval(tmp_path: Path) -> None:
+    # GIVEN a 12-step training run with the hook at interval 4
+    paths = train_with_hook(tmp_path, steps=12, interval=4, eval_every=12)
+
+    # WHEN the tensors are read back as a trial
+    trial = create_trial(str(paths.tensors_dir))
+
+    # THEN training steps 0, 4 and 8 hold the loss and a gradient norm, and every validation batch its loss
+    assert trial.steps(mode=modes.TRAIN) == [0, 4, 8]
+    loss = next(name for name in trial.tensor_names(collection="losses"))
+    assert len(trial.tensor(loss).steps(mode=modes.EVAL)) == 2
+    gradient = trial.tensor_names(collection="gradients")[0]
+    assert trial.tensor(gradient).reduction_value(4, "l2", abs=False) > 0
+
+
+def test_hook_is_off_when_the_hyperparameter_says_so(tmp_path: Path) -> None:
+    # GIVEN debug-hook false
+    paths = paths_under(tmp_path)
+
+    # WHEN the hook is attached
+    hook = debugger.attach(nn.Linear(2, 2), nn.CrossEntropyLoss(), hook_args(debug_hook=False), paths)
+
+    # THEN there is no hook and nothing is written
+    assert hook is None
+    assert not paths.tensors_dir.exists()
+
+
+def test_hook_follows_sagemakers_debug_hook_config_in_managed_mode(tmp_path: Path) -> None:
+    # GIVEN the debughookconfig.json SageMaker writes from DebugHookConfig
+    paths = paths_under(tmp_path)
+    managed_dir = tmp_path / "managed-tensors"
+    config = debugger.hook_config_path(paths)
+    config.parent.mkdir(parents=True)
+    config.write_text(
+        json.dumps(
+            {
+                "LocalPath": str(managed_dir),
+                "HookParameters": {"save_interval": "1"},
+                "CollectionConfigurations": [{"CollectionName": "losses"}],
+            }
+        )
+    )
+
+    # WHEN the hook is attached and one step runs
+    model, loss_fn = nn.Linear(2, 2), nn.CrossEntropyLoss()
+    hook = debugger.attach(model, loss_fn, hook_args(), paths)
+    import torch
+
+    loss_fn(model(torch.ones(1, 2)), torch.tensor([1])).backward()
+    debugger.close(hook)
+
+    # THEN the tensors went where the config says, not to the default directory
+    assert create_trial(str(managed_dir)).tensor_names(collection="losses")
+    assert not paths.tensors_dir.exists()
+
+
+def test_a_resumed_hook_continues_the_step_count(tmp_path: Path) -> None:
+    # GIVEN a hook resumed at step 100
+    paths = paths_under(tmp_path)
+    model, loss_fn = nn.Linear(2, 2), nn.CrossEntropyLoss()
+    hook = debugger.attach(model, loss_fn, hook_args(), paths)
+    debugger.resume_at(hook, 100)
+
+    # WHEN one step runs
+    import torch
+
+    loss_fn(model(torch.ones(1, 2)), torch.tensor([1])).backward()
+    debugger.close(hook)
+
+    # THEN its tensors are saved at step 100
+    assert create_trial(str(paths.tensors_dir)).steps() == [100]
+
+
+def test_a_zero_interval_is_refused_with_the_hyperparameter_name(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="debug-interval"):
+        debugger.build_hook(tmp_path / "t", 0)

@@ -1,0 +1,122 @@
+"""The Debugger hook: losses and gradient/weight summaries saved as smdebug tensors at an interval.
+
+On SageMaker with managed Debugger the service writes `<base>/input/config/debughookconfig.json`
+(DebugHookConfig: S3 output path, local path, collections, intervals) and the hook follows it.
+Everywhere else the hook writes to `paths.tensors_dir` (under SM_OUTPUT_DATA_DIR, so it ships in
+output.tar.gz) and `rule_check.py` evaluates the rules over it after the job.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+import contract
+
+if TYPE_CHECKING:
+    from smdebug.pytorch import Hook
+else:
+    Hook = Any
+
+DEBUG_HOOK_CONFIG_FILE = "debughookconfig.json"  # written by SageMaker from DebugHookConfig
+DEFAULT_INTERVAL = int(str(next(h.default for h in contract.HYPERPARAMETERS if h.name == "debug-interval")))
+
+# Summaries instead of whole tensors keep the cost and the output small; the rules need no more:
+# a NaN or inf anywhere in a tensor shows in its max/min/mean, a vanishing gradient in its abs mean.
+REDUCTIONS = ("mean", "min", "max")
+ABS_REDUCTIONS = ("mean", "max")
+NORMS = ("l2",)
+COLLECTION_LOSSES = "losses"
+COLLECTION_GRADIENTS = "gradients"
+COLLECTION_WEIGHTS = "weights"
+COLLECTIONS = (COLLECTION_LOSSES, COLLECTION_GRADIENTS, COLLECTION_WEIGHTS)
+
+
+def hook_config_path(paths: contract.Paths) -> Path:
+    return paths.base / "input" / "config" / DEBUG_HOOK_CONFIG_FILE
+
+
+def build_hook(out_dir: Path, interval: int) -> Hook:
+    """A hook saving losses every `interval` training steps and every evaluation step (validation
+    batches are few and the Overfit rule needs them all), and gradient/weight summaries every
+    `interval` training steps."""
+    if interval < 1:
+        raise ValueError(f"debug-interval must be a positive number of steps, got {interval}")
+    from smdebug import modes
+    from smdebug.core.reduction_config import ReductionConfig
+    from smdebug.core.save_config import SaveConfig, SaveConfigMode
+    from smdebug.pytorch import Hook as SmdebugHook
+
+    hook = SmdebugHook(
+        out_dir=str(out_dir),
+        save_config=SaveConfig(save_interval=interval),
+        include_collections=list(COLLECTIONS),
+        reduction_config=ReductionConfig(
+            reductions=list(REDUCTIONS), abs_reductions=list(ABS_REDUCTIONS), norms=list(NORMS)
+        ),
+    )
+    losses = hook.get_collection(COLLECTION_LOSSES)
+    losses.reduction_config = ReductionConfig(save_raw_tensor=True)
+    losses.save_config = {
+        modes.TRAIN: SaveConfigMode(save_interval=interval),
+        modes.EVAL: SaveConfigMode(save_interval=1),
+    }
+    return hook
+
+
+def attach(
+    model: torch.nn.Module, loss_fn: torch.nn.Module, args: argparse.Namespace, paths: contract.Paths
+) -> Hook | None:
+    """Register a hook on the model and the loss; None when the debug-hook hyperparameter is off."""
+    if not contract.parse_bool(getattr(args, "debug_hook", True)):
+        return None
+    config = hook_config_path(paths)
+    if config.is_file():
+        from smdebug.pytorch import Hook as SmdebugHook
+
+        hook = SmdebugHook.create_from_json_file(str(config))
+    else:
+        hook = build_hook(paths.tensors_dir, int(getattr(args, "debug_interval", DEFAULT_INTERVAL)))
+    hook.register_module(model)
+    hook.register_loss(loss_fn)
+    train_mode(hook)
+    return hook
+
+
+def train_mode(hook: Hook | None) -> None:
+    """Mark the following forward passes as training steps (call before each training epoch)."""
+    if hook is not None:
+        from smdebug import modes
+
+        hook.set_mode(modes.TRAIN)
+
+
+def eval_mode(hook: Hook | None) -> None:
+    """Mark the following forward passes as validation steps: the Overfit rule compares these."""
+    if hook is not None:
+        from smdebug import modes
+
+        hook.set_mode(modes.EVAL)
+
+
+def resume_at(hook: Hook | None, step: int) -> None:
+    """Continue the step count of a resumed job (spot restart) so its tensors follow the earlier ones."""
+    if hook is None or step <= 0:
+        return
+    from smdebug import modes
+
+    # The PyTorch hook counts from init_step - 1 and increments before each step's first forward.
+    before = step - 1
+    hook.init_step = before
+    hook.step = before
+    hook.mode_steps[modes.GLOBAL] = before
+    hook.mode_steps[modes.TRAIN] = before
+
+
+def close(hook: Hook | None) -> None:
+    """Flush and close the tensor files; marks the trial complete for the rules."""
+    if hook is not None:
+        hook.close()
