@@ -1,0 +1,269 @@
+"""Gather a `RunFacts` from a deployment: the run record (controller.runs), the upload ledger, SageMaker's
+descriptions of the run's jobs, their logs, and the evaluation output in S3.
+
+Only reads; the same calls work against AWS and the embedded stack.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import tarfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import botocore.exceptions
+
+from controller import names, runs
+from retrain import job_logs
+from retrain.container_contract import contract
+from retrain.deployment import Deployment
+from retrain.errors import RunNotFoundError
+from retrain.report.facts import (
+    CheckpointEvaluation,
+    Evaluation,
+    Rejected,
+    RuleResult,
+    RunFacts,
+    Trial,
+)
+
+LEDGER_STATE = "state"
+LEDGER_REASON = "reason"
+INTERRUPTED_STATUS = "Interrupted"  # SageMaker's secondary status when spot capacity is reclaimed
+# A resumed job names the step it continued from (the container's log line or a status message).
+_RESUMED = re.compile(r"\bresum\w*\b[^\n]*?\bstep[=: ]+(\d+)", re.IGNORECASE)
+
+
+def runs_table(deployment: Deployment) -> str:
+    return deployment.output(names.STACK_OUTPUTS["runs_table"])
+
+
+def find_run(deployment: Deployment, run_id: str, dataset: str | None = None) -> runs.RunRecord:
+    """The run with this id; its data set is looked up when not given."""
+    table = runs_table(deployment)
+    dynamodb = deployment.client("dynamodb")
+    if dataset is not None:
+        record = runs.get_run(dataset, run_id, table_name=table, client=dynamodb)
+        matches = [record] if record is not None else []
+    else:
+        matches = [r for r in runs.list_runs(table_name=table, client=dynamodb) if r["run_id"] == run_id]
+    if not matches:
+        where = f" of data set {dataset!r}" if dataset else ""
+        raise RunNotFoundError(f"no run {run_id!r}{where}: list the runs with `retrain runs`")
+    if len(matches) > 1:
+        datasets = ", ".join(sorted(r["dataset"] for r in matches))
+        raise RunNotFoundError(f"run id {run_id!r} exists in data sets {datasets}: add --dataset NAME")
+    return matches[0]
+
+
+def ledger_rows(deployment: Deployment, dataset: str) -> list[dict[str, Any]]:
+    dynamodb = deployment.client("dynamodb")
+    table = deployment.output(names.STACK_OUTPUTS["ledger_table"])
+    rows: list[dict[str, Any]] = []
+    pages = dynamodb.get_paginator("query").paginate(
+        TableName=table,
+        KeyConditionExpression="#pk = :dataset",
+        ExpressionAttributeNames={"#pk": names.LEDGER_PK},
+        ExpressionAttributeValues=runs.serialize({":dataset": dataset}),
+        ConsistentRead=True,
+    )
+    for page in pages:
+        rows.extend(runs.deserialize(item) for item in page.get("Items", []))
+    return rows
+
+
+def uploads(rows: Iterable[dict[str, Any]], keys: set[str] | None = None) -> tuple[int, list[Rejected]]:
+    """Accepted count and rejected keys with reasons, of the given keys (or of every row)."""
+    accepted = 0
+    rejected: list[Rejected] = []
+    for row in rows:
+        key = str(row.get(names.LEDGER_SK, ""))
+        if keys is not None and key not in keys:
+            continue
+        if row.get(LEDGER_STATE) == names.STATE_REJECTED:
+            rejected.append(Rejected(key=key, reason=str(row.get(LEDGER_REASON, "no reason recorded"))))
+        else:
+            accepted += 1
+    return accepted, sorted(rejected, key=lambda r: r.key)
+
+
+def _objective(summary: dict[str, Any]) -> float | None:
+    metric = summary.get("FinalHyperParameterTuningJobObjectiveMetric") or {}
+    value = metric.get("Value")
+    return float(value) if value is not None else None
+
+
+def resumed_steps(lines: Iterable[str]) -> list[int]:
+    return [int(m.group(1)) for line in lines for m in _RESUMED.finditer(line)]
+
+
+def describe_trial(
+    sagemaker: Any, job_name: str, *, objective: float | None = None, tuned: dict[str, str] | None = None
+) -> Trial:
+    job = sagemaker.describe_training_job(TrainingJobName=job_name)
+    transitions = job.get("SecondaryStatusTransitions", [])
+    resources = job.get("ResourceConfig", {})
+    hyperparameters = tuned if tuned is not None else dict(job.get("HyperParameters", {}))
+    return Trial(
+        job_name=job_name,
+        status=str(job.get("TrainingJobStatus", "")),
+        objective=objective,
+        hyperparameters={k: str(v).strip('"') for k, v in hyperparameters.items()},
+        training_seconds=int(job.get("TrainingTimeInSeconds") or 0),
+        billable_seconds=int(job.get("BillableTimeInSeconds") or 0),
+        interruptions=sum(1 for t in transitions if t.get("Status") == INTERRUPTED_STATUS),
+        instance_type=str(resources.get("InstanceType", "")),
+        instance_count=int(resources.get("InstanceCount") or 1),
+    )
+
+
+def tuning_trials(sagemaker: Any, tuning_job: str) -> list[Trial]:
+    trials: list[Trial] = []
+    kwargs: dict[str, Any] = {"HyperParameterTuningJobName": tuning_job}
+    while True:
+        page = sagemaker.list_training_jobs_for_hyper_parameter_tuning_job(**kwargs)
+        for summary in page.get("TrainingJobSummaries", []):
+            trials.append(
+                describe_trial(
+                    sagemaker,
+                    summary["TrainingJobName"],
+                    objective=_objective(summary),
+                    tuned={k: str(v) for k, v in summary.get("TunedHyperParameters", {}).items()},
+                )
+            )
+        if not page.get("NextToken"):
+            break
+        kwargs["NextToken"] = page["NextToken"]
+    return sorted(trials, key=lambda t: t.job_name)
+
+
+def split_s3_uri(uri: str) -> tuple[str, str]:
+    parsed = urlparse(uri)
+    if parsed.scheme != "s3" or not parsed.netloc:
+        raise ValueError(f"not an s3:// URI: {uri!r}")
+    return parsed.netloc, parsed.path.lstrip("/")
+
+
+def read_json_object(s3: Any, uri: str, filename: str) -> Any | None:
+    """A JSON file at `uri`, or at `uri/filename` when `uri` is a prefix; None when absent."""
+    bucket, key = split_s3_uri(uri)
+    candidates = [key] if key.endswith(".json") else [key.rstrip("/") + "/" + filename]
+    for candidate in candidates:
+        try:
+            body = s3.get_object(Bucket=bucket, Key=candidate)["Body"].read()
+        except botocore.exceptions.ClientError:
+            continue
+        return json.loads(body)
+    return None
+
+
+def evaluation_from(record: runs.RunRecord, s3: Any) -> Evaluation:
+    challenger = record.get("challenger", {})
+    champion = record.get("champion", {})
+    evaluation = Evaluation(top1=challenger.get("top1"), top3=challenger.get("top3"))
+    evaluation.baseline_top1 = champion.get("top1")
+    uri = challenger.get("report_uri")
+    document = read_json_object(s3, uri, contract.EVALUATION_FILE) if uri else None
+    if isinstance(document, dict):
+        evaluation.top1 = document.get("top1", evaluation.top1)
+        evaluation.top3 = document.get("top3", evaluation.top3)
+        evaluation.per_class = dict(document.get("per_class") or {})
+        evaluation.labels = [str(label) for label in document.get("labels") or []]
+        evaluation.confusion_matrix = [
+            [int(c) for c in row] for row in document.get("confusion_matrix") or []
+        ]
+        baseline = document.get("baseline")
+        if isinstance(baseline, dict) and baseline.get("top1") is not None:
+            evaluation.baseline_top1 = float(baseline["top1"])
+    return evaluation
+
+
+def extract_profile(sagemaker: Any, s3: Any, job_name: str, out_dir: Path) -> Path | None:
+    """The system profile the job shipped in output.tar.gz, extracted under out_dir; None without one."""
+    job = sagemaker.describe_training_job(TrainingJobName=job_name)
+    output_path = job.get("OutputDataConfig", {}).get("S3OutputPath")
+    if not output_path:
+        return None
+    bucket, prefix = split_s3_uri(output_path)
+    key = f"{prefix.rstrip('/')}/{job_name}/output/output.tar.gz".lstrip("/")
+    try:
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    except botocore.exceptions.ClientError:
+        return None
+    target = out_dir / "jobs" / job_name
+    profile = contract.PROFILE_DIRNAME
+    with tarfile.open(fileobj=io.BytesIO(body), mode="r:gz") as archive:
+        members = [m for m in archive.getmembers() if m.name.lstrip("./").startswith(profile + "/")]
+        archive.extractall(target, members=members, filter="data")
+    found = target / profile
+    return found if found.is_dir() else None
+
+
+def collect(
+    deployment: Deployment,
+    record: runs.RunRecord,
+    *,
+    out_dir: Path | None = None,
+    upload_keys: set[str] | None = None,
+) -> RunFacts:
+    sagemaker = deployment.client("sagemaker")
+    s3 = deployment.client("s3")
+    logs = deployment.client("logs")
+    gate = record.get("gate")
+    failure = record.get("failure")
+    facts = RunFacts(
+        run_id=record["run_id"],
+        dataset=record["dataset"],
+        status=record["status"],
+        started=record.get("created_at", ""),
+        stopped=record.get("finished_at", ""),
+        failure=f"{failure['error']}: {failure['cause']}" if failure else "",
+        execution_arn=record.get("execution_arn", ""),
+        tuning_job=record.get("tuning_job", ""),
+        best_job=record.get("best_training_job", ""),
+        best_hyperparameters=dict(record.get("best_hyperparameters", {})),
+        objective=record.get("best_objective"),
+        objective_metric=contract.OBJECTIVE_METRIC,
+        rules=[
+            RuleResult(rule=r["rule"], status=r["status"], step=r.get("step"), detail=r.get("detail", ""))
+            for r in record.get("rule_results", [])
+        ],
+        checkpoint_evaluations=[
+            CheckpointEvaluation(step=int(p["step"]), top1=float(p["top1"]), top3=p.get("top3"))
+            for p in record.get("checkpoint_evaluations", [])
+            if p.get("top1") is not None and "step" in p
+        ],
+        gate_passed=None if gate is None else gate["decision"] == "accepted",
+        gate_reason="" if gate is None else gate["reason"],
+        model_package=record.get("model_package_arn", ""),
+    )
+    facts.accepted, facts.rejected = uploads(ledger_rows(deployment, facts.dataset), upload_keys)
+    if facts.tuning_job:
+        facts.trials = tuning_trials(sagemaker, facts.tuning_job)
+        tuning = sagemaker.describe_hyper_parameter_tuning_job(HyperParameterTuningJobName=facts.tuning_job)
+        best = tuning.get("BestTrainingJob") or {}
+        facts.best_job = facts.best_job or best.get("TrainingJobName", "")
+        if facts.objective is None:
+            facts.objective = _objective(best)
+        if not facts.best_hyperparameters:
+            facts.best_hyperparameters = {k: str(v) for k, v in best.get("TunedHyperParameters", {}).items()}
+        objective = tuning.get("HyperParameterTuningJobConfig", {}).get(
+            "HyperParameterTuningJobObjective", {}
+        )
+        facts.objective_metric = objective.get("MetricName", facts.objective_metric)
+    final = record.get("final_training_job")
+    if final:
+        facts.training_jobs = [describe_trial(sagemaker, final)]
+    for job in facts.all_jobs:
+        lines = list(job_logs.log_lines(logs, job_logs.TRAINING_LOG_GROUP, job.job_name))
+        facts.curves[job.job_name] = job_logs.parse_metric_lines(lines)
+        facts.resumed_at_steps += resumed_steps(lines)
+    facts.evaluation = evaluation_from(record, s3)
+    profiled = final or facts.best_job
+    if out_dir is not None and profiled:
+        facts.profile_dir = extract_profile(sagemaker, s3, profiled, out_dir)
+    return facts

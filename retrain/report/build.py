@@ -1,0 +1,221 @@
+"""`report.md` and its PNGs for one run, from a `RunFacts` (no AWS calls here)."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from pathlib import Path
+from typing import Any
+
+import retrain.container_contract  # noqa: F401  (puts training_image/ on sys.path outside pytest)
+from retrain.pricing import PRICE_DATE, PRICE_REGION, PRICE_SOURCE, job_cost, spot_savings_pct
+from retrain.report import charts
+from retrain.report.facts import RunFacts
+
+log = logging.getLogger(__name__)
+
+REPORT_FILE = "report.md"
+TUNING_PNG = "tuning_trials.png"
+LOSS_PNG = "loss_curves.png"
+CHECKPOINT_PNG = "checkpoint_evaluations.png"
+CONFUSION_PNG = "confusion_matrix.png"
+UTILISATION_DIR = "utilisation"
+
+
+def _fmt(value: float | None, digits: int = 4) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def _usd(value: float | None) -> str:
+    return "price unknown" if value is None else f"${value:.4f}"
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(header: list[str], rows: list[list[object]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return [*lines, ""]
+
+
+def _image(lines: list[str], path: Path | None, alt: str, missing: str) -> None:
+    lines.append(f"![{alt}]({path.name})" if path is not None else f"_{missing}_")
+    lines.append("")
+
+
+def utilisation_report(profile_dir: Path | None, out_dir: Path) -> Path | None:
+    """The Debugger helper's per-job bottleneck report (heatmap + percentiles), when there is a profile."""
+    if profile_dir is None or not profile_dir.is_dir():
+        return None
+    try:
+        bottleneck: Any = importlib.import_module("bottleneck")
+    except ModuleNotFoundError:
+        log.warning("training_image/bottleneck.py is missing: no utilisation heatmap")
+        return None
+    target = out_dir / UTILISATION_DIR
+    target.mkdir(parents=True, exist_ok=True)
+    return Path(bottleneck.write_report(profile_dir, target))
+
+
+def write_report(facts: RunFacts, out_dir: Path) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lines = [f"# Run {facts.run_id}", ""]
+    lines += _table(
+        ["dataset", "status", "started", "stopped"],
+        [[facts.dataset, facts.status, facts.started or "—", facts.stopped or "—"]],
+    )
+    if facts.failure:
+        lines += [f"**Failed:** {facts.failure}", ""]
+
+    lines += ["## Gate decision", ""]
+    decision = {True: "passed", False: "rejected", None: "not reached"}[facts.gate_passed]
+    lines += [f"**{decision}** — {facts.gate_reason or 'no reason recorded'}", ""]
+    if facts.model_package:
+        lines += [f"Model package: `{facts.model_package}`", ""]
+
+    lines += ["## Uploads", "", f"{facts.accepted} accepted, {len(facts.rejected)} rejected.", ""]
+    if facts.rejected:
+        lines += _table(["rejected key", "reason"], [[f"`{r.key}`", r.reason] for r in facts.rejected])
+
+    lines += ["## Tuning", ""]
+    if facts.tuning_job:
+        lines += [
+            f"Tuning job `{facts.tuning_job}`, best `{facts.best_job or '—'}` "
+            f"({facts.objective_metric or 'objective'} {_fmt(facts.objective)}).",
+            "",
+        ]
+    tuned = charts.tuned_hyperparameters(facts.trials)
+    if facts.trials:
+        lines += _table(
+            ["job", "status", "objective", *tuned, "interruptions"],
+            [
+                [
+                    t.job_name,
+                    t.status,
+                    _fmt(t.objective),
+                    *(t.hyperparameters.get(n, "") for n in tuned),
+                    t.interruptions,
+                ]
+                for t in facts.trials
+            ],
+        )
+    _image(
+        lines,
+        charts.tuning_trials(facts.trials, facts.objective_metric, out_dir / TUNING_PNG),
+        "tuning trials",
+        "no scored trials with varying hyperparameters",
+    )
+    if facts.best_hyperparameters:
+        lines += _table(
+            ["best hyperparameter", "value"], [[k, v] for k, v in sorted(facts.best_hyperparameters.items())]
+        )
+
+    lines += ["## Training and validation loss", ""]
+    _image(
+        lines,
+        charts.loss_curves(facts.curves, ("train-loss", "val-loss"), out_dir / LOSS_PNG, best=facts.best_job),
+        "loss curves",
+        "no metric lines in the jobs' logs",
+    )
+    if facts.resumed_at_steps:
+        steps = ", ".join(str(s) for s in facts.resumed_at_steps)
+        lines += [f"Resumed from checkpoints at steps {steps} after spot interruptions.", ""]
+
+    lines += ["## Checkpoint evaluations", ""]
+    _image(
+        lines,
+        charts.checkpoint_curve(facts.checkpoint_evaluations, out_dir / CHECKPOINT_PNG),
+        "checkpoint evaluations",
+        "no checkpoint was evaluated during training",
+    )
+
+    lines += ["## Evaluation", ""]
+    ev = facts.evaluation
+    lines += _table(
+        ["top-1", "top-3", "champion top-1"], [[_fmt(ev.top1), _fmt(ev.top3), _fmt(ev.baseline_top1)]]
+    )
+    if ev.per_class:
+        rows: list[list[object]] = []
+        for label, stats in ev.per_class.items():
+            s = stats if isinstance(stats, dict) else {}
+            rows.append([label, _fmt(s.get("precision")), _fmt(s.get("recall")), s.get("support", "—")])
+        lines += _table(["class", "precision", "recall", "support"], rows)
+    _image(
+        lines,
+        charts.confusion_matrix(ev.confusion_matrix, ev.labels, out_dir / CONFUSION_PNG),
+        "confusion matrix",
+        "no confusion matrix recorded",
+    )
+
+    lines += ["## Rule checks", ""]
+    if facts.rules:
+        lines += _table(
+            ["rule", "status", "step", "detail"],
+            [[r.rule, r.status, "—" if r.step is None else r.step, r.detail] for r in facts.rules],
+        )
+    else:
+        lines += ["_no rule results recorded_", ""]
+
+    lines += ["## Spot capacity and cost", ""]
+    cost_rows: list[list[object]] = []
+    total_demand = total_billed = 0.0
+    priced = True
+    for job in facts.all_jobs:
+        cost = job_cost(job.instance_type, job.instance_count, job.training_seconds, job.billable_seconds)
+        saving = spot_savings_pct(job.training_seconds, job.billable_seconds)
+        cost_rows.append(
+            [
+                job.job_name,
+                f"{job.instance_count} x {job.instance_type or '?'}",
+                job.training_seconds,
+                job.billable_seconds,
+                _fmt(saving, 1),
+                _usd(cost.on_demand_usd),
+                _usd(cost.billed_usd),
+            ]
+        )
+        if cost.on_demand_usd is None or cost.billed_usd is None:
+            priced = False
+        else:
+            total_demand += cost.on_demand_usd
+            total_billed += cost.billed_usd
+    saving = spot_savings_pct(facts.training_seconds, facts.billable_seconds)
+    cost_rows.append(
+        [
+            "**total**",
+            "",
+            facts.training_seconds,
+            facts.billable_seconds,
+            _fmt(saving, 1),
+            _usd(total_demand if priced else None),
+            _usd(total_billed if priced else None),
+        ]
+    )
+    lines += _table(
+        ["job", "instances", "training s", "billable s", "spot saving %", "on-demand cost", "billed cost"],
+        cost_rows,
+    )
+    lines += [
+        f"Prices: {PRICE_SOURCE}, {PRICE_REGION}, recorded {PRICE_DATE}. Billed cost = billable "
+        "seconds x instance price; the spot saving is 1 - billable / training seconds.",
+        "",
+    ]
+
+    lines += ["## CPU/GPU utilisation", ""]
+    utilisation = utilisation_report(facts.profile_dir, out_dir)
+    if utilisation is not None:
+        lines += [
+            f"Bottleneck report of `{facts.best_job}`: [{utilisation.name}]"
+            f"({utilisation.relative_to(out_dir).as_posix()})",
+            "",
+        ]
+        for png in sorted(utilisation.parent.glob("*.png")):
+            lines += [f"![{png.stem}]({png.relative_to(out_dir).as_posix()})", ""]
+    else:
+        lines += ["_no system profile for this run_", ""]
+
+    path = out_dir / REPORT_FILE
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path

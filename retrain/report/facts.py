@@ -1,0 +1,105 @@
+"""Everything known about one run, gathered from the run record, the ledger, SageMaker and the logs.
+
+The report and the `--json` summary are both views of a `RunFacts`; collecting (AWS calls) and
+rendering (pure) stay apart so the report can be built from a recorded run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from retrain.job_logs import MetricPoint
+
+
+@dataclass(frozen=True)
+class Rejected:
+    key: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Trial:
+    job_name: str
+    status: str
+    objective: float | None
+    hyperparameters: dict[str, str]
+    training_seconds: int = 0
+    billable_seconds: int = 0
+    interruptions: int = 0
+    instance_type: str = ""
+    instance_count: int = 1
+
+
+@dataclass(frozen=True)
+class RuleResult:
+    rule: str
+    status: str
+    step: int | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class CheckpointEvaluation:
+    step: int
+    top1: float
+    top3: float | None = None
+
+
+@dataclass
+class Evaluation:
+    top1: float | None = None
+    top3: float | None = None
+    per_class: dict[str, Any] = field(default_factory=dict)
+    labels: list[str] = field(default_factory=list)
+    confusion_matrix: list[list[int]] = field(default_factory=list)
+    baseline_top1: float | None = None
+
+
+@dataclass
+class RunFacts:
+    run_id: str
+    dataset: str
+    status: str
+    started: str = ""
+    stopped: str = ""
+    failure: str = ""
+    execution_arn: str = ""
+    accepted: int = 0
+    rejected: list[Rejected] = field(default_factory=list)
+    tuning_job: str = ""
+    trials: list[Trial] = field(default_factory=list)
+    best_job: str = ""
+    best_hyperparameters: dict[str, str] = field(default_factory=dict)
+    objective: float | None = None
+    objective_metric: str = ""
+    training_jobs: list[Trial] = field(default_factory=list)
+    resumed_at_steps: list[int] = field(default_factory=list)
+    rules: list[RuleResult] = field(default_factory=list)
+    evaluation: Evaluation = field(default_factory=Evaluation)
+    checkpoint_evaluations: list[CheckpointEvaluation] = field(default_factory=list)
+    gate_passed: bool | None = None
+    gate_reason: str = ""
+    model_package: str = ""
+    curves: dict[str, dict[str, list[MetricPoint]]] = field(default_factory=dict)
+    profile_dir: Path | None = None
+    report: str = ""
+
+    @property
+    def all_jobs(self) -> list[Trial]:
+        """Tuning trials and any final training job: everything that was billed."""
+        seen = {t.job_name for t in self.trials}
+        return self.trials + [t for t in self.training_jobs if t.job_name not in seen]
+
+    @property
+    def interruptions(self) -> int:
+        return sum(t.interruptions for t in self.all_jobs)
+
+    @property
+    def training_seconds(self) -> int:
+        return sum(t.training_seconds * max(t.instance_count, 1) for t in self.all_jobs)
+
+    @property
+    def billable_seconds(self) -> int:
+        return sum(t.billable_seconds * max(t.instance_count, 1) for t in self.all_jobs)
