@@ -1,0 +1,418 @@
+"""The Step Functions integrations and the Lambda invoke path that moto 5.2.5 lacks, patched into moto.
+
+moto's ASL interpreter refuses ``arn:aws:states:::sagemaker:*`` (it is in its unsupported set), sends
+``aws-sdk:fsx`` calls to a backend without data repository tasks, and invokes Lambda code only in Docker.
+``installed()`` patches two symbols of the pinned moto, in this process (so it works under ``mock_aws`` and
+in a ``ThreadedMotoServer`` thread alike):
+
+- ``state_task_factory.state_task_service_for``: ``sagemaker`` Task states run against a
+  :class:`SageMakerService` (create, then for ``.sync`` poll describe until terminal, failing the state
+  with the error names and causes Step Functions uses); ``aws-sdk:fsx:*`` and ``aws-sdk:sagemaker:*``
+  reach the :class:`FsxService` / :class:`SageMakerService` when they implement the call;
+- ``LambdaFunction.invoke``: every Lambda invoke moto serves (the Invoke API, ``lambda:invoke`` and
+  function-ARN Task states, EventBridge and S3 targets) runs ``lambda_invoker(function_name, payload)``.
+
+``tests/unit/embedded/test_integrations.py`` asserts the patched symbols exist with the shapes relied on,
+so a moto upgrade that moves them fails loudly there.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import re
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Final, Protocol, runtime_checkable
+
+from botocore.exceptions import ClientError
+
+LOG = logging.getLogger(__name__)
+
+LambdaInvoker = Callable[[str, dict[str, Any]], Any]
+
+# Terminal statuses of the SageMaker jobs a .sync Task waits for, by create action.
+_SYNC_JOBS: Final[dict[str, tuple[str, str, str]]] = {
+    # action: (describe method, name parameter/response key, status key)
+    "create_training_job": ("describe_training_job", "TrainingJobName", "TrainingJobStatus"),
+    "create_processing_job": ("describe_processing_job", "ProcessingJobName", "ProcessingJobStatus"),
+    "create_hyper_parameter_tuning_job": (
+        "describe_hyper_parameter_tuning_job",
+        "HyperParameterTuningJobName",
+        "HyperParameterTuningJobStatus",
+    ),
+    "create_transform_job": ("describe_transform_job", "TransformJobName", "TransformJobStatus"),
+}
+_SUCCEEDED: Final = "Completed"
+_FAILED_TERMINAL: Final[frozenset[str]] = frozenset({"Failed", "Stopped"})
+SAGEMAKER_API_ERROR: Final = "SageMaker.AmazonSageMakerException"
+TASK_FAILED: Final = "States.TaskFailed"
+SYNC_POLL_SECONDS: Final = 0.5
+
+# Pascal-cased service names Step Functions puts in front of aws-sdk error names.
+_SDK_ERROR_SERVICE_NAMES: Final[dict[str, str]] = {
+    "fsx": "FSx",
+    "sagemaker": "SageMaker",
+    "dynamodb": "DynamoDb",
+    "sfn": "Sfn",
+    "s3": "S3",
+    "sqs": "Sqs",
+    "sns": "Sns",
+}
+
+
+class TaskFailed(Exception):  # noqa: N818 - the name the interface fixes
+    """Fails the Task state that raised it with this Error and Cause (Retry/Catch match ``error``)."""
+
+    def __init__(self, error: str, cause: str) -> None:
+        super().__init__(f"{error}: {cause}")
+        self.error = error
+        self.cause = cause
+
+
+@runtime_checkable
+class SageMakerService(Protocol):
+    """The SageMaker calls a state machine makes, with boto3's request and response shapes."""
+
+    def create_training_job(self, **request: Any) -> dict[str, Any]: ...
+    def describe_training_job(self, **request: Any) -> dict[str, Any]: ...
+    def create_processing_job(self, **request: Any) -> dict[str, Any]: ...
+    def describe_processing_job(self, **request: Any) -> dict[str, Any]: ...
+    def create_hyper_parameter_tuning_job(self, **request: Any) -> dict[str, Any]: ...
+    def describe_hyper_parameter_tuning_job(self, **request: Any) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class FsxService(Protocol):
+    """FSx for Lustre file systems and data repository tasks, with boto3's shapes."""
+
+    def create_data_repository_task(self, **request: Any) -> dict[str, Any]: ...
+    def describe_data_repository_tasks(self, **request: Any) -> dict[str, Any]: ...
+    def describe_file_systems(self, **request: Any) -> dict[str, Any]: ...
+    def mount_path(self, file_system_id: str, directory_path: str) -> Path: ...
+
+
+def snake_case(action: str) -> str:
+    """``createTrainingJob`` -> ``create_training_job`` (boto3 method names)."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", action).lower()
+
+
+def to_sfn_json(value: Any) -> Any:
+    """A boto3 response as Step Functions hands it to the next state: timestamps as epoch milliseconds."""
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=datetime.UTC)
+        return int(value.timestamp() * 1000)
+    if isinstance(value, Mapping):
+        return {key: to_sfn_json(item) for key, item in value.items() if key != "ResponseMetadata"}
+    if isinstance(value, list | tuple):
+        return [to_sfn_json(item) for item in value]
+    return value
+
+
+def sagemaker_api_failure(error: ClientError) -> TaskFailed:
+    """The Error/Cause Step Functions' optimized SageMaker integration reports for a failed API call."""
+    err = error.response.get("Error", {})
+    meta = error.response.get("ResponseMetadata", {})
+    cause = (
+        f"{err.get('Message', '')} (Service: AmazonSageMaker; "
+        f"Status Code: {meta.get('HTTPStatusCode', 400)}; "
+        f"Error Code: {err.get('Code', 'Unknown')}; Request ID: {meta.get('RequestId', uuid.uuid4())}; "
+        "Proxy: null)"
+    )
+    return TaskFailed(SAGEMAKER_API_ERROR, cause)
+
+
+def sdk_api_failure(service: str, error: ClientError) -> TaskFailed:
+    """The Error/Cause of an ``aws-sdk:<service>:<action>`` Task whose call failed."""
+    code = str(error.response.get("Error", {}).get("Code", "Unknown"))
+    if not code.endswith("Exception"):
+        code += "Exception"
+    pascal = _SDK_ERROR_SERVICE_NAMES.get(service.lower(), service[:1].upper() + service[1:])
+    meta = error.response.get("ResponseMetadata", {})
+    cause = (
+        f"{error.response.get('Error', {}).get('Message', '')} (Service: {pascal}, "
+        f"Status Code: {meta.get('HTTPStatusCode', 400)}, Request ID: {meta.get('RequestId', uuid.uuid4())})"
+    )
+    return TaskFailed(f"{pascal}.{code}", cause)
+
+
+def sync_job_outcome(action: str, description: Mapping[str, Any]) -> dict[str, Any] | None:
+    """None while the job runs; its description once Completed; raises TaskFailed if Failed/Stopped."""
+    _, _, status_key = _SYNC_JOBS[action]
+    status = description.get(status_key)
+    if status == _SUCCEEDED:
+        return dict(to_sfn_json(description))
+    if status in _FAILED_TERMINAL:
+        raise TaskFailed(TASK_FAILED, json.dumps(to_sfn_json(description), separators=(",", ":")))
+    return None
+
+
+def call_service(service: object, action: str, request: dict[str, Any], *, api: str) -> dict[str, Any]:
+    """Call ``service.<action>(**request)``; a ClientError becomes the Task failure Step Functions reports."""
+    method = getattr(service, action, None)
+    if method is None:
+        raise TaskFailed(
+            "States.Runtime",
+            f"The embedded {api} service does not implement {action!r}; add it to the emulator.",
+        )
+    try:
+        response = method(**request)
+    except ClientError as exc:
+        raise (sagemaker_api_failure(exc) if api == "sagemaker" else sdk_api_failure(api, exc)) from exc
+    return dict(to_sfn_json(response or {}))
+
+
+class _Installed:
+    lambda_invoker: LambdaInvoker | None = None
+    sagemaker: SageMakerService | None = None
+    fsx: FsxService | None = None
+
+
+_ACTIVE = _Installed()
+_LOCK = threading.Lock()
+
+
+def _header(headers: Any, name: str) -> str | None:
+    if headers is None:
+        return None
+    for key in headers:
+        if str(key).lower() == name:
+            value = headers[key]
+            return str(value) if value is not None else None
+    return None
+
+
+def lambda_error_payload(exc: BaseException) -> dict[str, Any]:
+    """The payload Lambda returns for an unhandled handler error (Step Functions reads ``errorType``)."""
+    if isinstance(exc, TaskFailed):
+        return {"errorType": exc.error, "errorMessage": exc.cause}
+    return {"errorType": type(exc).__name__, "errorMessage": str(exc), "stackTrace": []}
+
+
+def _run_invoker(function_name: str, payload: dict[str, Any]) -> tuple[bytes, bool]:
+    invoker = _ACTIVE.lambda_invoker
+    if invoker is None:
+        raise RuntimeError("no Lambda runtime is installed")
+    try:
+        result = invoker(function_name, payload)
+    except Exception as exc:
+        LOG.info("function %s failed: %s", function_name, exc)
+        return json.dumps(lambda_error_payload(exc)).encode(), True
+    return json.dumps(result).encode(), False
+
+
+def _patched_lambda_invoke(
+    original: Callable[..., Any],
+) -> Callable[[Any, Any, Any, Any], str | bytes]:
+    def invoke(fn: Any, body: Any, request_headers: Any, response_headers: Any) -> str | bytes:
+        if _ACTIVE.lambda_invoker is None:
+            return original(fn, body, request_headers, response_headers)  # type: ignore[no-any-return]
+        if isinstance(body, bytes | bytearray):
+            body = body.decode()
+        payload = json.loads(body) if isinstance(body, str) and body else (body or {})
+        invocation_type = _header(request_headers, "x-amz-invocation-type") or "RequestResponse"
+        if invocation_type == "DryRun":
+            return b""
+        if invocation_type == "Event":
+            threading.Thread(
+                target=_run_invoker, args=(fn.function_name, payload), name=f"lambda-{fn.function_name}"
+            ).start()
+            return b""
+        result, errored = _run_invoker(fn.function_name, payload)
+        if errored:
+            response_headers["x-amz-function-error"] = "Unhandled"
+        return result
+
+    return invoke
+
+
+def _task_classes() -> tuple[type, type]:
+    """The moto Task-state classes for sagemaker and aws-sdk, built on moto's own base classes."""
+    from moto.stepfunctions.parser.api import HistoryEventType, TaskFailedEventDetails
+    from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import (
+        CustomErrorName,
+    )
+    from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
+        FailureEvent,
+        FailureEventException,
+    )
+    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import (
+        StatesErrorName,
+    )
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
+        state_task_service_aws_sdk,
+        state_task_service_callback,
+    )
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.resource import (
+        ResourceCondition,
+    )
+    from moto.stepfunctions.parser.asl.eval.event import event_detail
+
+    event_details: Any = event_detail.EventDetails
+    base_sdk: Any = state_task_service_aws_sdk.StateTaskServiceAwsSdk
+    base_callback: Any = state_task_service_callback.StateTaskServiceCallback
+    sync: Any = ResourceCondition.Sync
+    wait_for_token: Any = ResourceCondition.WaitForTaskToken
+
+    def failure(task: Any, env: Any, exc: TaskFailed) -> Any:
+        return FailureEvent(
+            env=env,
+            error_name=(
+                StatesErrorName.from_name(exc.error)
+                if exc.error.startswith("States.")
+                else CustomErrorName(exc.error)
+            ),
+            event_type=HistoryEventType.TaskFailed,
+            event_details=event_details(
+                taskFailedEventDetails=TaskFailedEventDetails(
+                    error=exc.error,
+                    cause=exc.cause,
+                    resource=task._get_sfn_resource(),
+                    resourceType=task._get_sfn_resource_type(),
+                )
+            ),
+        )
+
+    class SageMakerTask(base_callback):  # type: ignore[misc]
+        """``arn:aws:states:::sagemaker:<action>[.sync]`` against the installed SageMakerService."""
+
+        def __init__(self) -> None:
+            # moto 5.2.5's _eval_integration_pattern dereferences the callback endpoint unconditionally,
+            # which exists only when WaitForTaskToken is among the supported patterns.
+            super().__init__(supported_integration_patterns={sync, wait_for_token})
+
+        def _get_supported_parameters(self) -> set[str]:
+            return set()  # every parameter passes through, as the service validates its own request
+
+        def _from_error(self, env: Any, ex: Exception) -> Any:
+            if isinstance(ex, TaskFailed):
+                return failure(self, env, ex)
+            return super()._from_error(env=env, ex=ex)
+
+        def _eval_service_task(
+            self,
+            env: Any,
+            resource_runtime_part: Any,
+            normalised_parameters: dict[str, Any],
+            state_credentials: Any,
+        ) -> None:
+            service = _ACTIVE.sagemaker
+            if service is None:
+                raise TaskFailed(
+                    "States.Runtime", "no SageMaker service is installed in the embedded runtime"
+                )
+            env.stack.append(
+                call_service(
+                    service, snake_case(self.resource.api_action), normalised_parameters, api="sagemaker"
+                )
+            )
+
+        def _build_sync_resolver(
+            self,
+            env: Any,
+            resource_runtime_part: Any,
+            normalised_parameters: dict[str, Any],
+            state_credentials: Any,
+        ) -> Callable[[], Any]:
+            action = snake_case(self.resource.api_action)
+            if action not in _SYNC_JOBS:
+                raise TaskFailed(
+                    "States.Runtime", f"sagemaker:{self.resource.api_action}.sync is not supported"
+                )
+            env.stack.pop()
+            describe, name_key, _ = _SYNC_JOBS[action]
+            name = normalised_parameters[name_key]
+            service = _ACTIVE.sagemaker
+
+            def resolve() -> dict[str, Any] | None:
+                try:
+                    return sync_job_outcome(
+                        action, call_service(service, describe, {name_key: name}, api="sagemaker")
+                    )
+                except TaskFailed as exc:
+                    raise FailureEventException(failure(self, env, exc)) from exc
+
+            return resolve
+
+    class AwsSdkTask(base_sdk):  # type: ignore[misc]
+        """``aws-sdk:*``: fsx and sagemaker calls reach the installed services; others keep moto's path."""
+
+        def _embedded_service(self) -> object | None:
+            api = self.resource.api_name.lower()
+            service: object | None = {"fsx": _ACTIVE.fsx, "sagemaker": _ACTIVE.sagemaker}.get(api)
+            if service is not None and hasattr(service, self._get_boto_service_action()):
+                return service
+            return None
+
+        def _from_error(self, env: Any, ex: Exception) -> Any:
+            if isinstance(ex, TaskFailed):
+                return failure(self, env, ex)
+            return super()._from_error(env=env, ex=ex)
+
+        def _eval_service_task(
+            self,
+            env: Any,
+            resource_runtime_part: Any,
+            normalised_parameters: dict[str, Any],
+            state_credentials: Any,
+        ) -> None:
+            service = self._embedded_service()
+            if service is None:
+                super()._eval_service_task(
+                    env, resource_runtime_part, normalised_parameters, state_credentials
+                )
+                return
+            env.stack.append(
+                call_service(
+                    service,
+                    self._get_boto_service_action(),
+                    normalised_parameters,
+                    api=self.resource.api_name.lower(),
+                )
+            )
+
+    return SageMakerTask, AwsSdkTask
+
+
+@contextmanager
+def installed(
+    *,
+    lambda_invoker: LambdaInvoker | None = None,
+    sagemaker: SageMakerService | None = None,
+    fsx: FsxService | None = None,
+) -> Iterator[None]:
+    """Patch moto in this process so Task states and Lambda invokes reach the embedded services."""
+    from moto.awslambda import models as lambda_models
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task import state_task_factory as factory
+
+    state_task_factory: Any = factory
+    lambda_function: Any = lambda_models.LambdaFunction
+
+    if not _LOCK.acquire(blocking=False):
+        raise RuntimeError("the embedded integrations are already installed in this process; nest nothing")
+    original_factory = state_task_factory.state_task_service_for
+    original_invoke = lambda_function.invoke
+    sagemaker_task, aws_sdk_task = _task_classes()
+
+    def service_for(service_name: str) -> Any:
+        if service_name == "sagemaker":
+            return sagemaker_task()
+        if service_name == "aws-sdk":
+            return aws_sdk_task()
+        return original_factory(service_name)
+
+    _ACTIVE.lambda_invoker, _ACTIVE.sagemaker, _ACTIVE.fsx = lambda_invoker, sagemaker, fsx
+    state_task_factory.state_task_service_for = service_for
+    lambda_function.invoke = _patched_lambda_invoke(original_invoke)
+    try:
+        yield
+    finally:
+        state_task_factory.state_task_service_for = original_factory
+        lambda_function.invoke = original_invoke
+        _ACTIVE.lambda_invoker = _ACTIVE.sagemaker = _ACTIVE.fsx = None
+        _LOCK.release()

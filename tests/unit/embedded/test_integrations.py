@@ -1,0 +1,293 @@
+"""The Step Functions integrations and Lambda invoke path patched into the pinned moto."""
+
+from __future__ import annotations
+
+import datetime
+import inspect
+import io
+import json
+import time
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+from moto import mock_aws
+
+from retrain.embedded.integrations import (
+    SAGEMAKER_API_ERROR,
+    TASK_FAILED,
+    TaskFailed,
+    installed,
+)
+
+ROLE = "arn:aws:iam::123456789012:role/sfn"
+
+
+def _client_error(code: str, message: str) -> ClientError:
+    return ClientError(
+        {"Error": {"Code": code, "Message": message}, "ResponseMetadata": {"HTTPStatusCode": 400}},
+        "CreateTrainingJob",
+    )
+
+
+class ScriptedSageMaker:
+    """A SageMaker double at the service boundary: jobs finish after `polls` describes in `final`."""
+
+    def __init__(
+        self, *, final: str = "Completed", polls: int = 2, create_errors: list[ClientError] | None = None
+    ):
+        self.final, self.polls = final, polls
+        self.create_errors = list(create_errors or [])
+        self.jobs: dict[str, int] = {}
+        self.requests: list[dict[str, Any]] = []
+
+    def create_training_job(self, **request: Any) -> dict[str, Any]:
+        if self.create_errors:
+            raise self.create_errors.pop(0)
+        self.requests.append(request)
+        self.jobs[request["TrainingJobName"]] = 0
+        arn = f"arn:aws:sagemaker:us-east-1:123456789012:training-job/{request['TrainingJobName']}"
+        return {"TrainingJobArn": arn}
+
+    def describe_training_job(self, **request: Any) -> dict[str, Any]:
+        name = request["TrainingJobName"]
+        if name not in self.jobs:
+            raise _client_error("ValidationException", f"Requested resource not found: {name}")
+        self.jobs[name] += 1
+        done = self.jobs[name] > self.polls
+        out: dict[str, Any] = {
+            "TrainingJobName": name,
+            "TrainingJobStatus": self.final if done else "InProgress",
+            "CreationTime": datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC),
+        }
+        if done and self.final == "Failed":
+            out["FailureReason"] = "AlgorithmError: loss is NaN"
+        return out
+
+    create_processing_job = describe_processing_job = create_training_job
+    create_hyper_parameter_tuning_job = describe_hyper_parameter_tuning_job = create_training_job
+
+
+class ScriptedFsx:
+    def __init__(self, error: ClientError | None = None) -> None:
+        self.error = error
+        self.requests: list[dict[str, Any]] = []
+
+    def create_data_repository_task(self, **request: Any) -> dict[str, Any]:
+        if self.error:
+            raise self.error
+        self.requests.append(request)
+        return {"DataRepositoryTask": {"TaskId": "task-0123", "Lifecycle": "PENDING"}}
+
+    def describe_data_repository_tasks(self, **request: Any) -> dict[str, Any]:
+        return {"DataRepositoryTasks": []}
+
+    def describe_file_systems(self, **request: Any) -> dict[str, Any]:
+        return {"FileSystems": []}
+
+    def mount_path(self, file_system_id: str, directory_path: str) -> Path:
+        return Path("/nonexistent")
+
+
+@pytest.fixture
+def sfn() -> Iterator[Any]:
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        yield boto3.client("stepfunctions", region_name="us-east-1")
+
+
+def _run(sfn: Any, definition: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
+    arn = sfn.create_state_machine(
+        name=f"m{time.monotonic_ns()}", definition=json.dumps(definition), roleArn=ROLE
+    )["stateMachineArn"]
+    execution = sfn.start_execution(stateMachineArn=arn, input=json.dumps(payload))["executionArn"]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        described: dict[str, Any] = sfn.describe_execution(executionArn=execution)
+        if described["status"] != "RUNNING":
+            return described
+        time.sleep(0.1)
+    raise AssertionError("execution did not finish in 30 s")
+
+
+def _task(resource: str, parameters: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {
+        "StartAt": "Task",
+        "States": {
+            "Task": {"Type": "Task", "Resource": resource, "Parameters": parameters, "End": True, **extra},
+            "Caught": {"Type": "Pass", "End": True},
+        },
+    }
+
+
+TRAIN_SYNC = "arn:aws:states:::sagemaker:createTrainingJob.sync"
+
+
+def test_moto_still_has_the_symbols_the_patch_replaces() -> None:
+    from moto.awslambda.models import LambdaFunction
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task import state_task_factory
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
+        state_task_service_factory,
+    )
+
+    assert "sagemaker" in state_task_service_factory._UNSUPPORTED_SERVICE_NAMES
+    assert callable(state_task_factory.state_task_service_for)
+    assert list(inspect.signature(LambdaFunction.invoke).parameters) == [
+        "self",
+        "body",
+        "request_headers",
+        "response_headers",
+    ]
+
+
+def test_patches_are_removed_on_exit() -> None:
+    from moto.awslambda.models import LambdaFunction
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task import state_task_factory
+
+    before = (state_task_factory.state_task_service_for, LambdaFunction.invoke)
+    with installed(sagemaker=ScriptedSageMaker()):
+        assert state_task_factory.state_task_service_for is not before[0]
+    assert (state_task_factory.state_task_service_for, LambdaFunction.invoke) == before
+
+
+def test_sync_training_job_waits_and_outputs_the_description(sfn: Any) -> None:
+    service = ScriptedSageMaker(polls=2)
+    with installed(sagemaker=service):
+        result = _run(
+            sfn,
+            _task(TRAIN_SYNC, {"TrainingJobName.$": "$.name", "HyperParameters": {"lr": "0.1"}}),
+            {"name": "j1"},
+        )
+
+    assert result["status"] == "SUCCEEDED"
+    output = json.loads(result["output"])
+    assert output["TrainingJobStatus"] == "Completed"
+    assert output["CreationTime"] == 1767225600000
+    assert service.jobs["j1"] == 3
+    assert service.requests == [{"TrainingJobName": "j1", "HyperParameters": {"lr": "0.1"}}]
+
+
+def test_failed_training_job_fails_the_state_with_states_task_failed(sfn: Any) -> None:
+    with installed(sagemaker=ScriptedSageMaker(final="Failed", polls=0)):
+        result = _run(sfn, _task(TRAIN_SYNC, {"TrainingJobName": "bad"}), {})
+
+    assert result["status"] == "FAILED"
+    assert result["error"] == TASK_FAILED
+    assert json.loads(result["cause"])["FailureReason"] == "AlgorithmError: loss is NaN"
+
+
+def test_throttled_create_is_retried_under_the_sagemaker_error_name(sfn: Any) -> None:
+    service = ScriptedSageMaker(
+        polls=0, create_errors=[_client_error("ThrottlingException", "Rate exceeded")]
+    )
+    retry = [{"ErrorEquals": [SAGEMAKER_API_ERROR], "IntervalSeconds": 1, "MaxAttempts": 2}]
+    with installed(sagemaker=service):
+        result = _run(sfn, _task(TRAIN_SYNC, {"TrainingJobName": "t"}, Retry=retry), {})
+
+    assert result["status"] == "SUCCEEDED"
+    assert len(service.requests) == 1
+
+
+def test_resource_limit_is_caught_with_the_service_error_code_in_the_cause(sfn: Any) -> None:
+    service = ScriptedSageMaker(create_errors=[_client_error("ResourceLimitExceeded", "too many jobs")])
+    catch = [{"ErrorEquals": [SAGEMAKER_API_ERROR], "ResultPath": "$.error", "Next": "Caught"}]
+    with installed(sagemaker=service):
+        result = _run(sfn, _task(TRAIN_SYNC, {"TrainingJobName": "t"}, Catch=catch), {})
+
+    assert result["status"] == "SUCCEEDED"
+    error = json.loads(result["output"])["error"]
+    assert error["Error"] == SAGEMAKER_API_ERROR
+    assert "Error Code: ResourceLimitExceeded" in error["Cause"]
+
+
+def test_aws_sdk_fsx_calls_reach_the_fsx_service(sfn: Any) -> None:
+    fsx = ScriptedFsx()
+    params = {
+        "FileSystemId": "fs-1",
+        "Type": "IMPORT_METADATA_FROM_REPOSITORY",
+        "Paths": ["d"],
+        "Report": {"Enabled": False},
+    }
+    with installed(fsx=fsx):
+        result = _run(sfn, _task("arn:aws:states:::aws-sdk:fsx:createDataRepositoryTask", params), {})
+
+    assert result["status"] == "SUCCEEDED"
+    assert json.loads(result["output"])["DataRepositoryTask"]["TaskId"] == "task-0123"
+    assert fsx.requests == [params]
+
+
+def test_aws_sdk_fsx_error_uses_the_step_functions_sdk_error_name(sfn: Any) -> None:
+    fsx = ScriptedFsx(_client_error("DataRepositoryTaskExecuting", "a task is running"))
+    with installed(fsx=fsx):
+        result = _run(
+            sfn, _task("arn:aws:states:::aws-sdk:fsx:createDataRepositoryTask", {"FileSystemId": "fs-1"}), {}
+        )
+
+    assert result["status"] == "FAILED"
+    assert result["error"] == "FSx.DataRepositoryTaskExecutingException"
+
+
+def _zip() -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("app.py", "def handler(event, context):\n    return event\n")
+    return buffer.getvalue()
+
+
+@pytest.fixture
+def function(sfn: Any) -> str:
+    iam = boto3.client("iam", region_name="us-east-1")
+    role = iam.create_role(RoleName="fn", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    boto3.client("lambda", region_name="us-east-1").create_function(
+        FunctionName="echo", Runtime="python3.11", Role=role, Handler="app.handler", Code={"ZipFile": _zip()}
+    )
+    return "echo"
+
+
+def test_lambda_invoke_task_runs_the_installed_invoker(sfn: Any, function: str) -> None:
+    calls: list[tuple[str, Any]] = []
+
+    def invoker(name: str, payload: dict[str, Any]) -> Any:
+        calls.append((name, payload))
+        return {"doubled": payload["n"] * 2}
+
+    definition = _task("arn:aws:states:::lambda:invoke", {"FunctionName": function, "Payload.$": "$"})
+    with installed(lambda_invoker=invoker):
+        result = _run(sfn, definition, {"n": 21})
+
+    assert result["status"] == "SUCCEEDED"
+    assert json.loads(result["output"])["Payload"] == {"doubled": 42}
+    assert calls == [("echo", {"n": 21})]
+
+
+def test_lambda_handler_error_fails_the_state_with_its_error_type(sfn: Any, function: str) -> None:
+    def invoker(name: str, payload: dict[str, Any]) -> Any:
+        raise TaskFailed("LockHeld", "dataset digits is locked by run r-1")
+
+    definition = _task("arn:aws:states:::lambda:invoke", {"FunctionName": function, "Payload": {}})
+    with installed(lambda_invoker=invoker):
+        result = _run(sfn, definition, {})
+
+    assert result["status"] == "FAILED"
+    assert result["error"] == "LockHeld"
+    assert json.loads(result["cause"])["errorMessage"] == "dataset digits is locked by run r-1"
+
+
+def test_lambda_invoke_api_runs_the_invoker_and_reports_function_errors(sfn: Any, function: str) -> None:
+    def invoker(name: str, payload: dict[str, Any]) -> Any:
+        if payload.get("fail"):
+            raise ValueError("bad input: fail")
+        return payload
+
+    client = boto3.client("lambda", region_name="us-east-1")
+    with installed(lambda_invoker=invoker):
+        ok = client.invoke(FunctionName=function, Payload=json.dumps({"a": 1}))
+        bad = client.invoke(FunctionName=function, Payload=json.dumps({"fail": True}))
+
+    assert json.loads(ok["Payload"].read()) == {"a": 1}
+    assert "FunctionError" not in ok
+    assert bad["FunctionError"] == "Unhandled"
+    assert json.loads(bad["Payload"].read())["errorType"] == "ValueError"
