@@ -1,0 +1,179 @@
+"""ResNet-18/34/50 with torchvision's module names, so published ImageNet state_dicts load as they are.
+
+torchvision does not import on the CPU machines this project runs on, so the architectures are
+defined here, layer for layer as in torchvision.models.resnet (v1.5: stride on the 3x3 conv).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+HEAD_PREFIX = "fc."
+
+
+class ModelError(Exception):
+    """Weights or an architecture name that cannot be used; the message says what to do."""
+
+
+def conv3x3(in_planes: int, out_planes: int, stride: int = 1) -> nn.Conv2d:
+    return nn.Conv2d(in_planes, out_planes, kernel_size=3, stride=stride, padding=1, bias=False)
+
+
+def conv1x1(in_planes: int, out_planes: int, stride: int = 1) -> nn.Conv2d:
+    return nn.Conv2d(in_planes, out_planes, kernel_size=1, stride=stride, bias=False)
+
+
+class BasicBlock(nn.Module):
+    expansion = 1
+
+    def __init__(
+        self, inplanes: int, planes: int, stride: int = 1, downsample: nn.Module | None = None
+    ) -> None:
+        super().__init__()
+        self.conv1 = conv3x3(inplanes, planes, stride)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = conv3x3(planes, planes)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.downsample = downsample
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return self.relu(out + identity)
+
+
+class Bottleneck(nn.Module):
+    expansion = 4
+
+    def __init__(
+        self, inplanes: int, planes: int, stride: int = 1, downsample: nn.Module | None = None
+    ) -> None:
+        super().__init__()
+        self.conv1 = conv1x1(inplanes, planes)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = conv3x3(planes, planes, stride)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.conv3 = conv1x1(planes, planes * self.expansion)
+        self.bn3 = nn.BatchNorm2d(planes * self.expansion)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = downsample
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        return self.relu(out + identity)
+
+
+class ResNet(nn.Module):
+    def __init__(
+        self, block: type[BasicBlock | Bottleneck], layers: list[int], num_classes: int = 1000
+    ) -> None:
+        super().__init__()
+        self.inplanes = 64
+        self.conv1 = nn.Conv2d(3, 64, kernel_size=7, stride=2, padding=3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
+        self.layer1 = self._make_layer(block, 64, layers[0])
+        self.layer2 = self._make_layer(block, 128, layers[1], stride=2)
+        self.layer3 = self._make_layer(block, 256, layers[2], stride=2)
+        self.layer4 = self._make_layer(block, 512, layers[3], stride=2)
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = nn.Linear(512 * block.expansion, num_classes)
+        for module in self.modules():
+            if isinstance(module, nn.Conv2d):
+                nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
+            elif isinstance(module, nn.BatchNorm2d):
+                nn.init.constant_(module.weight, 1)
+                nn.init.constant_(module.bias, 0)
+
+    def _make_layer(
+        self, block: type[BasicBlock | Bottleneck], planes: int, blocks: int, stride: int = 1
+    ) -> nn.Sequential:
+        downsample: nn.Module | None = None
+        if stride != 1 or self.inplanes != planes * block.expansion:
+            downsample = nn.Sequential(
+                conv1x1(self.inplanes, planes * block.expansion, stride),
+                nn.BatchNorm2d(planes * block.expansion),
+            )
+        modules: list[nn.Module] = [block(self.inplanes, planes, stride, downsample)]
+        self.inplanes = planes * block.expansion
+        modules.extend(block(self.inplanes, planes) for _ in range(1, blocks))
+        return nn.Sequential(*modules)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+ARCHITECTURES: dict[str, tuple[type[BasicBlock | Bottleneck], list[int]]] = {
+    "resnet18": (BasicBlock, [2, 2, 2, 2]),
+    "resnet34": (BasicBlock, [3, 4, 6, 3]),
+    "resnet50": (Bottleneck, [3, 4, 6, 3]),
+}
+
+
+def build_model(arch: str, num_classes: int) -> ResNet:
+    if arch not in ARCHITECTURES:
+        raise ModelError(f"unknown model {arch!r}: use one of {', '.join(ARCHITECTURES)}")
+    block, layers = ARCHITECTURES[arch]
+    return ResNet(block, layers, num_classes)
+
+
+def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    """Tensors from a weights file: a bare state_dict (torchvision's .pth) or our model.pt."""
+    if not path.is_file():
+        raise ModelError(f"pretrained weights {path} do not exist: put the file in the pretrained channel")
+    try:
+        loaded: Any = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:
+        raise ModelError(f"cannot read pretrained weights {path}: {error}") from error
+    if isinstance(loaded, Mapping) and isinstance(loaded.get("state_dict"), Mapping):
+        loaded = loaded["state_dict"]
+    if not isinstance(loaded, Mapping) or not all(isinstance(v, torch.Tensor) for v in loaded.values()):
+        raise ModelError(
+            f"{path} holds no state_dict of tensors; save one with torch.save(model.state_dict())"
+        )
+    return {str(k).removeprefix("module."): v for k, v in loaded.items()}
+
+
+def load_pretrained(model: nn.Module, state: Mapping[str, torch.Tensor]) -> list[str]:
+    """Load backbone weights; a head of another shape (different label count) stays freshly
+    initialised. Returns the keys left out. Any other mismatch is an error naming the keys."""
+    own = model.state_dict()
+    skipped = [
+        k for k, v in state.items() if k.startswith(HEAD_PREFIX) and k in own and own[k].shape != v.shape
+    ]
+    usable = {k: v for k, v in state.items() if k not in skipped}
+    missing = [k for k in own if k not in usable and k not in skipped and not k.startswith(HEAD_PREFIX)]
+    unexpected = [k for k in usable if k not in own]
+    wrong = [k for k in usable if k in own and own[k].shape != usable[k].shape]
+    if missing or unexpected or wrong:
+        raise ModelError(
+            "pretrained weights do not fit this architecture: "
+            f"missing {missing[:5]}, unexpected {unexpected[:5]}, wrong shape {wrong[:5]}; "
+            "check that the 'model' hyperparameter matches the weights file"
+        )
+    model.load_state_dict({**own, **usable})
+    if skipped:
+        log.info("new classifier head: left out %s from the pretrained weights", ", ".join(skipped))
+    return skipped
+
+
+def set_backbone_frozen(model: nn.Module, frozen: bool) -> None:
+    """Train only the classifier head while frozen."""
+    for name, parameter in model.named_parameters():
+        parameter.requires_grad_(not frozen or name.startswith(HEAD_PREFIX))
