@@ -1,0 +1,153 @@
+"""Fault injection for the embedded stack: what tests and the demo's options can make go wrong.
+
+One frozen config object, parsed from the demo's ``--fault`` options (``import-fails``,
+``throttle[:N]``, ``resource-limit[:N]``, ``kill-checkpoint-write``, ``rule-finds-issues``,
+``loader-delay-ms:N``), kept in the stack's state directory and handed to the parts that act on it: the FSx
+emulation (a failed import task), the SageMaker emulator (CreateTrainingJob errors, a job killed while it
+writes a checkpoint) and, through hyperparameters/environment, the container (a rule that finds issues is
+provoked by the container's ``inject-loader-delay-ms`` knob).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Final
+
+from retrain.container_contract import contract
+
+CREATE_TRAINING_JOB_ERRORS: Final[dict[str, str]] = {
+    "throttle": "ThrottlingException",
+    "resource-limit": "ResourceLimitExceeded",
+}
+FAULT_NAMES: Final = (
+    "import-fails",
+    "throttle[:N]",
+    "resource-limit[:N]",
+    "kill-checkpoint-write",
+    "rule-finds-issues",
+    "loader-delay-ms:N",
+)
+# A loader delay long enough that the rule check's step-time rule fires on the demo's tiny model.
+RULE_FINDS_ISSUES_DELAY_MS: Final = 250
+LOADER_DELAY_HYPERPARAMETER: Final = next(
+    h.name for h in contract.HYPERPARAMETERS if h.name == "inject-loader-delay-ms"
+)
+
+
+class FaultSpecError(ValueError):
+    """A --fault value this runtime does not know."""
+
+
+@dataclass(frozen=True)
+class Faults:
+    """Faults to inject. Counts say how many times the fault fires before the service behaves again."""
+
+    import_fails: bool = False
+    training_job_error_code: str | None = None
+    training_job_error_count: int = 0
+    kill_checkpoint_write: bool = False
+    loader_delay_ms: int = 0
+    _fired: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
+
+    @classmethod
+    def parse(cls, specs: list[str] | tuple[str, ...]) -> Faults:
+        """Build from ``--fault`` values, e.g. ``["throttle:2", "import-fails"]``."""
+        values: dict[str, Any] = {}
+        for raw in specs:
+            name, _, arg = raw.strip().partition(":")
+            try:
+                if name == "import-fails":
+                    values["import_fails"] = True
+                elif name in CREATE_TRAINING_JOB_ERRORS:
+                    values["training_job_error_code"] = CREATE_TRAINING_JOB_ERRORS[name]
+                    values["training_job_error_count"] = int(arg or 1)
+                elif name == "kill-checkpoint-write":
+                    values["kill_checkpoint_write"] = True
+                elif name == "rule-finds-issues":
+                    values["loader_delay_ms"] = int(arg or RULE_FINDS_ISSUES_DELAY_MS)
+                elif name == "loader-delay-ms":
+                    values["loader_delay_ms"] = int(arg)
+                else:
+                    raise FaultSpecError(f"unknown fault {raw!r}; use one of: {', '.join(FAULT_NAMES)}")
+            except ValueError as exc:
+                if isinstance(exc, FaultSpecError):
+                    raise
+                raise FaultSpecError(f"fault {raw!r} needs a whole number after ':' (e.g. {name}:2)") from exc
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_")}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Faults:
+        return cls(**{k: v for k, v in data.items() if not k.startswith("_")})
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_dict(), indent=1), encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: Path) -> Faults:
+        return cls.from_dict(json.loads(path.read_text(encoding="utf-8"))) if path.exists() else cls()
+
+    def _fire(self, key: str, limit: int) -> bool:
+        with self._lock:
+            fired = self._fired.get(key, 0)
+            if fired >= limit:
+                return False
+            self._fired[key] = fired + 1
+            return True
+
+    # The SageMaker emulator's hooks (retrain.embedded.sagemaker.spot.SageMakerFaults).
+    def create_training_job_error(self, job_name: str) -> str | None:
+        if self.training_job_error_code and self._fire("create", self.training_job_error_count):
+            return self.training_job_error_code
+        return None
+
+    def kill_during_checkpoint_write(self, job_name: str) -> bool:
+        return self.kill_checkpoint_write and self._fire("kill", 1)
+
+    # The FSx emulation's hook.
+    def import_task_fails(self, file_system_id: str) -> bool:
+        return self.import_fails and self._fire("import", 1)
+
+    def training_request(self, action: str, request: dict[str, Any]) -> dict[str, Any]:
+        """A CreateTrainingJob / CreateHyperParameterTuningJob request with the loader-delay knob set, so the
+        container really runs slow and the rule check really finds it."""
+        if not self.loader_delay_ms:
+            return request
+        knob = {LOADER_DELAY_HYPERPARAMETER: str(self.loader_delay_ms)}
+        out = dict(request)
+        if action == "create_training_job":
+            out["HyperParameters"] = {**(request.get("HyperParameters") or {}), **knob}
+        elif action == "create_hyper_parameter_tuning_job":
+            definitions = [
+                request.get("TrainingJobDefinition"),
+                *(request.get("TrainingJobDefinitions") or []),
+            ]
+            for definition in filter(None, definitions):
+                definition["StaticHyperParameters"] = {
+                    **(definition.get("StaticHyperParameters") or {}),
+                    **knob,
+                }
+        return out
+
+
+class FaultingSageMaker:
+    """The SageMaker service the state machine reaches, with the loader-delay fault applied to requests."""
+
+    def __init__(self, service: Any, faults: Faults) -> None:
+        self._service, self._faults = service, faults
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._service, name)
+        if name not in ("create_training_job", "create_hyper_parameter_tuning_job"):
+            return method
+
+        def call(**request: Any) -> Any:
+            return method(**self._faults.training_request(name, request))
+
+        return call

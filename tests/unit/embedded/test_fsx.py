@@ -1,0 +1,144 @@
+"""FSx for Lustre emulation: data repository import tasks over a local mirror of the S3 repository."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+from moto import mock_aws
+
+from retrain.embedded.faults import Faults
+from retrain.embedded.fsx import IMPORT_TASK, FsxEmulator, install_api
+
+BUCKET = "data-bucket"
+
+
+@pytest.fixture
+def s3() -> Iterator[Any]:
+    with mock_aws():
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket=BUCKET)
+        for key in ("data/digits/0/a.png", "data/digits/1/b.png", "data/other/0/c.png"):
+            client.put_object(Bucket=BUCKET, Key=key, Body=key.encode())
+        yield client
+
+
+def _file_system(fsx: FsxEmulator) -> dict[str, Any]:
+    created = fsx.create_file_system(
+        FileSystemType="LUSTRE",
+        StorageCapacity=1200,
+        LustreConfiguration={"ImportPath": f"s3://{BUCKET}/data"},
+    )
+    return dict(created["FileSystem"])
+
+
+def _wait(fsx: FsxEmulator, task_id: str) -> dict[str, Any]:
+    fsx.wait()
+    return dict(fsx.describe_data_repository_tasks(TaskIds=[task_id])["DataRepositoryTasks"][0])
+
+
+def _import(fsx: FsxEmulator, fs_id: str, **extra: Any) -> str:
+    request = {"FileSystemId": fs_id, "Type": IMPORT_TASK, "Paths": ["digits"], "Report": {"Enabled": False}}
+    return str(fsx.create_data_repository_task(**{**request, **extra})["DataRepositoryTask"]["TaskId"])
+
+
+def test_import_task_mirrors_only_the_requested_paths(tmp_path: Path, s3: Any) -> None:
+    fsx = FsxEmulator(tmp_path, s3_client=s3)
+    fs = _file_system(fsx)
+
+    task = _wait(fsx, _import(fsx, fs["FileSystemId"]))
+
+    assert task["Lifecycle"] == "SUCCEEDED"
+    assert task["Status"]["TotalCount"] == task["Status"]["SucceededCount"] == 2
+    mount = fsx.mount_path(fs["FileSystemId"], f"/{fs['LustreConfiguration']['MountName']}/digits")
+    assert sorted(p.relative_to(mount).as_posix() for p in mount.rglob("*.png")) == ["0/a.png", "1/b.png"]
+    assert (mount / "0" / "a.png").read_bytes() == b"data/digits/0/a.png"
+
+
+def test_second_import_drops_files_deleted_from_the_repository(tmp_path: Path, s3: Any) -> None:
+    fsx = FsxEmulator(tmp_path, s3_client=s3)
+    fs = _file_system(fsx)
+    _wait(fsx, _import(fsx, fs["FileSystemId"]))
+    s3.delete_object(Bucket=BUCKET, Key="data/digits/1/b.png")
+
+    _wait(fsx, _import(fsx, fs["FileSystemId"]))
+
+    mount = fsx.mount_path(fs["FileSystemId"], f"/{fs['LustreConfiguration']['MountName']}/digits")
+    assert [p.name for p in mount.rglob("*.png")] == ["a.png"]
+
+
+def test_a_second_task_while_one_runs_is_refused(tmp_path: Path, s3: Any) -> None:
+    fsx = FsxEmulator(tmp_path, s3_client=s3)
+    fs = _file_system(fsx)
+    fsx._tasks["task-running"] = {"FileSystemId": fs["FileSystemId"], "Lifecycle": "EXECUTING"}
+
+    with pytest.raises(ClientError) as raised:
+        _import(fsx, fs["FileSystemId"])
+
+    assert raised.value.response["Error"]["Code"] == "DataRepositoryTaskExecuting"
+
+
+def test_injected_import_fault_fails_the_task_and_writes_the_report(tmp_path: Path, s3: Any) -> None:
+    fsx = FsxEmulator(tmp_path, s3_client=s3, faults=Faults.parse(["import-fails"]))
+    fs = _file_system(fsx)
+    report = {
+        "Enabled": True,
+        "Path": f"s3://{BUCKET}/reports",
+        "Format": "REPORT_CSV_20191124",
+        "Scope": "FAILED_FILES_ONLY",
+    }
+
+    task = _wait(fsx, _import(fsx, fs["FileSystemId"], Report=report))
+
+    assert task["Lifecycle"] == "FAILED"
+    assert "injected fault" in task["FailureDetails"]["Message"]
+    body = s3.get_object(Bucket=BUCKET, Key=f"reports/{task['TaskId']}/failures.json")["Body"].read()
+    assert json.loads(body)["Lifecycle"] == "FAILED"
+
+
+def test_mount_path_refuses_a_directory_outside_the_mount(tmp_path: Path, s3: Any) -> None:
+    fsx = FsxEmulator(tmp_path, s3_client=s3)
+    fs = _file_system(fsx)
+
+    with pytest.raises(ClientError, match="must start with"):
+        fsx.mount_path(fs["FileSystemId"], "/elsewhere/digits")
+
+
+def test_records_survive_a_restart(tmp_path: Path, s3: Any) -> None:
+    fsx = FsxEmulator(tmp_path, s3_client=s3)
+    fs = _file_system(fsx)
+    task_id = _wait(fsx, _import(fsx, fs["FileSystemId"]))["TaskId"]
+
+    again = FsxEmulator(tmp_path, s3_client=s3)
+
+    assert (
+        again.describe_data_repository_tasks(TaskIds=[task_id])["DataRepositoryTasks"][0]["Lifecycle"]
+        == "SUCCEEDED"
+    )
+
+
+def test_boto3_fsx_calls_reach_the_emulation_through_moto(tmp_path: Path, s3: Any) -> None:
+    fsx = FsxEmulator(tmp_path, s3_client=s3)
+    client = boto3.client("fsx", region_name="us-east-1")
+    with install_api(fsx):
+        fs_id = client.create_file_system(
+            FileSystemType="LUSTRE",
+            StorageCapacity=1200,
+            SubnetIds=["subnet-0123456789abcdef0"],
+            LustreConfiguration={"ImportPath": f"s3://{BUCKET}/data"},
+        )["FileSystem"]["FileSystemId"]
+        task_id = client.create_data_repository_task(
+            FileSystemId=fs_id, Type=IMPORT_TASK, Paths=["digits"], Report={"Enabled": False}
+        )["DataRepositoryTask"]["TaskId"]
+        fsx.wait()
+        described = client.describe_data_repository_tasks(TaskIds=[task_id])["DataRepositoryTasks"][0]
+        with pytest.raises(ClientError) as missing:
+            client.describe_file_systems(FileSystemIds=["fs-0000000000000000a"])
+
+    assert described["Lifecycle"] == "SUCCEEDED"
+    assert missing.value.response["Error"]["Code"] == "FileSystemNotFound"
