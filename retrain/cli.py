@@ -1,14 +1,397 @@
-"""The `retrain` command line."""
+"""The `retrain` command line: demo, upload, start, status, runs, report, local up|down.
+
+Every command talks to one stack through boto3: a deployed stack named with --stack (ordinary AWS
+credentials), or the embedded emulation on this machine. Errors the user can fix are one line on stderr
+and an exit code, turned so at one boundary (`_Group.invoke`).
+"""
 
 from __future__ import annotations
 
-import sys
+import contextlib
+import json
+import tempfile
+from collections.abc import Iterator
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import botocore.exceptions
+import typer
+from rich.console import Console
+from rich.table import Table
+from typer.core import TyperGroup
+
+from controller import names, runs
+from retrain import demo_data, local
+from retrain.collect import collect, find_run, runs_table
+from retrain.deployment import Deployment, connect
+from retrain.errors import EmbeddedRuntimeError, NoCredentialsError, RetrainError, RunFailedError, UsageError
+from retrain.follow import follow, plain_line, render, snapshot, wait_for_run
+from retrain.report.build import write_report
+from retrain.start import Overrides, parse_assignments, start_run
+from retrain.summary import summary
+from retrain.upload import check_dataset_name, find_files, upload_files
+
+RUNS_DIR = Path("runs")
+REPORT_S3_DIR = "report/"
+DEMO_DATASET = "digits"
+DEMO_BATCHES = 3
+DEMO_TIMEOUT_MINUTES = 60
+# Template parameters the demo overrides so a run finishes in minutes on 2 CPU cores.
+DEMO_PARAMETERS = {
+    "MaxTrainingJobs": "3",
+    "MaxParallelTrainingJobs": "2",
+    "Epochs": "2",
+    "ImageSize": "32",
+    "QuietPeriodSeconds": "5",
+    "MinNewImages": "1",
+}
+
+
+class _Group(TyperGroup):
+    """Turns the CLI's errors (and the AWS errors people cause) into one line and an exit code."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except RetrainError as error:
+            _fail(str(error), error.exit_code)
+        except (botocore.exceptions.NoCredentialsError, botocore.exceptions.PartialCredentialsError):
+            _fail(
+                str(NoCredentialsError("no AWS credentials found: run `aws configure` or set AWS_PROFILE")), 3
+            )
+        except botocore.exceptions.EndpointConnectionError as error:
+            _fail(
+                f"cannot reach {error.kwargs.get('endpoint_url', 'the AWS endpoint')}: if it is the embedded "
+                "stack, start it again with `retrain local up`",
+                EmbeddedRuntimeError.exit_code,
+            )
+
+
+def _fail(message: str, code: int) -> None:
+    typer.echo(f"retrain: {message}", err=True)
+    raise SystemExit(code)
+
+
+app = typer.Typer(
+    cls=_Group,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    help="Event-driven retraining of image classifiers on AWS, or on the embedded emulation here.",
+)
+local_app = typer.Typer(cls=_Group, no_args_is_help=True, help="The embedded stack in the background.")
+app.add_typer(local_app, name="local")
+
+StackOption = Annotated[
+    str | None,
+    typer.Option(
+        "--stack", envvar="RETRAIN_STACK", help="A deployed stack's name (default: the embedded stack)."
+    ),
+]
+StateDirOption = Annotated[Path, typer.Option("--state-dir", hidden=True)]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object at the end.")]
+DatasetOption = Annotated[str | None, typer.Option("--dataset", help="The data set the run belongs to.")]
+
+
+def _console(json_output: bool) -> Console:
+    """Progress goes to stderr when stdout carries the JSON."""
+    return Console(stderr=json_output, highlight=False)
+
+
+@contextlib.contextmanager
+def _deployment(stack: str | None, state_dir: Path, *, read_only: bool) -> Iterator[Deployment]:
+    """The stack a command talks to: --stack on AWS, else the background embedded stack, else (to read a
+    finished demo's runs) an embedded stack started for this command from the saved state."""
+    if stack:
+        yield connect(stack)
+        return
+    running = local.background(state_dir)
+    if running is not None:
+        yield running
+        return
+    if read_only and local.has_state(state_dir):
+        with local.foreground(state_dir) as deployment:
+            yield deployment
+        return
+    raise EmbeddedRuntimeError(
+        "no stack to talk to: start the embedded one with `retrain local up` (or run `retrain demo`), "
+        "or pass --stack NAME for a stack deployed on AWS"
+    )
+
+
+def _report_dir(run_id: str) -> Path:
+    return RUNS_DIR / run_id
+
+
+def _publish_report(deployment: Deployment, record: runs.RunRecord, out_dir: Path) -> str:
+    """Locally the report stays in runs/<run-id>/; on AWS it is also copied under the run's S3 prefix."""
+    if deployment.local:
+        return str(out_dir / "report.md")
+    bucket = deployment.output(names.STACK_OUTPUTS["artifact_bucket"])
+    prefix = names.run_prefix(record["dataset"], record["run_id"]) + REPORT_S3_DIR
+    s3 = deployment.client("s3")
+    for path in sorted(p for p in out_dir.rglob("*") if p.is_file()):
+        s3.upload_file(str(path), bucket, prefix + path.relative_to(out_dir).as_posix())
+    return f"s3://{bucket}/{prefix}report.md"
+
+
+def _finish(
+    deployment: Deployment,
+    record: runs.RunRecord,
+    *,
+    json_output: bool,
+    console: Console,
+    upload_keys: set[str] | None = None,
+) -> None:
+    """Report on a run that ended; print the JSON; fail (non-zero, reason on stderr) if the run failed."""
+    out_dir = _report_dir(record["run_id"])
+    facts = collect(deployment, record, out_dir=out_dir, upload_keys=upload_keys)
+    write_report(facts, out_dir)
+    facts.report = _publish_report(deployment, record, out_dir)
+    if json_output:
+        typer.echo(json.dumps(summary(facts), default=str))
+    else:
+        gate = {True: "passed", False: "rejected", None: "not reached"}[facts.gate_passed]
+        console.print(f"run {facts.run_id} {facts.status}; gate {gate}: {facts.gate_reason or '-'}")
+        console.print(f"report: {facts.report}")
+    if record["status"] not in ("SUCCEEDED", "REJECTED"):
+        reason = facts.failure or f"the run ended {record['status']}"
+        raise RunFailedError(f"run {record['run_id']} failed: {reason}")
+
+
+@app.command()
+def demo(
+    *,
+    images: Annotated[
+        Path | None, typer.Option("--images", help="Upload DIR/<label>/<image> instead of the digits.")
+    ] = None,
+    dataset: Annotated[str, typer.Option("--dataset", help="Data set name.")] = DEMO_DATASET,
+    interrupt: Annotated[
+        int, typer.Option("--interrupt", min=0, help="Spot interruptions of every training job.")
+    ] = 1,
+    fault: Annotated[
+        list[str] | None, typer.Option("--fault", help="Inject a fault (repeatable), e.g. throttle:2.")
+    ] = None,
+    batches: Annotated[int, typer.Option("--batches", min=1, help="Upload batches.")] = DEMO_BATCHES,
+    timeout: Annotated[int, typer.Option("--timeout", min=1, help="Minutes to wait.")] = DEMO_TIMEOUT_MINUTES,
+    json_output: JsonOption = False,
+    state_dir: StateDirOption = local.DEFAULT_STATE_DIR,
+) -> None:
+    """Run the whole flow on the embedded stack: upload, ingest, tune on spot, evaluate, gate, register."""
+    check_dataset_name(dataset)
+    console = _console(json_output)
+    live = console.is_terminal
+    with contextlib.ExitStack() as cleanup:
+        if images is None:
+            folder = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="retrain-digits-")))
+            written = demo_data.write_digits(folder)
+            if not json_output:
+                console.print(
+                    f"wrote {len(written.files)} digits images in {len(written.per_label)} label folders"
+                )
+            root = folder
+        else:
+            root = images
+        files = find_files(root)
+        faults, spot = _demo_runtime(fault or [], interrupt)
+        deployment = cleanup.enter_context(
+            local.foreground(state_dir, parameter_overrides=DEMO_PARAMETERS, faults=faults, spot=spot)
+        )
+        since = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        bucket = deployment.output(names.STACK_OUTPUTS["data_bucket"])
+        keys: list[str] = []
+        for number, batch in enumerate(demo_data.batches(files, min(batches, len(files))), start=1):
+            keys += upload_files(deployment.client("s3"), bucket, dataset, batch)
+            if not json_output:
+                console.print(f"upload batch {number}: {len(batch)} files to s3://{bucket}/data/{dataset}/")
+        record = wait_for_run(deployment, dataset, since=since, timeout_seconds=timeout * 60)
+        record = follow(deployment, record, console=console, live=live, timeout_seconds=timeout * 60)
+        _finish(deployment, record, json_output=json_output, console=console, upload_keys=set(keys))
+
+
+def _demo_runtime(fault_specs: list[str], interrupt: int) -> tuple[Any, Any]:
+    """The fault config and spot schedule objects of the embedded runtime, built from the demo's options."""
+    from retrain.embedded.faults import Faults, FaultSpecError
+    from retrain.embedded.sagemaker.spot import SpotSchedule
+
+    try:
+        faults = Faults.parse(fault_specs)
+    except FaultSpecError as error:
+        raise UsageError(f"--fault: {error}") from None
+    return faults, SpotSchedule(interruptions=interrupt)
+
+
+@app.command()
+def upload(
+    folder: Annotated[Path, typer.Argument(help="A folder laid out as DIR/<label>/<image>.")],
+    dataset: Annotated[str, typer.Option("--dataset", help="Data set name.")],
+    stack: StackOption = None,
+    state_dir: StateDirOption = local.DEFAULT_STATE_DIR,
+) -> None:
+    """Upload a folder of labelled images; the stack validates and records each one."""
+    check_dataset_name(dataset)
+    files = find_files(folder)
+    with _deployment(stack, state_dir, read_only=False) as deployment:
+        bucket = deployment.output(names.STACK_OUTPUTS["data_bucket"])
+        keys = upload_files(deployment.client("s3"), bucket, dataset, files)
+    typer.echo(
+        f"uploaded {len(keys)} files to s3://{bucket}/{names.dataset_prefix(dataset)}; each is validated "
+        "and recorded in the ledger, rejected ones with a reason (`retrain report RUN` lists them)"
+    )
+
+
+@app.command()
+def start(
+    *,
+    dataset: Annotated[str, typer.Option("--dataset", help="Data set name.")],
+    max_jobs: Annotated[int | None, typer.Option("--max-jobs", min=1, help="Tuning trials.")] = None,
+    parallel_jobs: Annotated[int | None, typer.Option("--parallel-jobs", min=1)] = None,
+    instance_type: Annotated[str | None, typer.Option("--instance-type", help="e.g. ml.g5.xlarge")] = None,
+    epochs: Annotated[int | None, typer.Option("--epochs", min=1)] = None,
+    spot: Annotated[bool | None, typer.Option("--spot/--no-spot", help="Managed spot training.")] = None,
+    hyperparameter: Annotated[
+        list[str] | None,
+        typer.Option("--hyperparameter", "-H", help="Fixed NAME=VALUE (repeatable); skips tuning of it."),
+    ] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Follow the run until it ends, then report.")] = False,
+    timeout: Annotated[int, typer.Option("--timeout", min=1, help="Minutes to wait.")] = DEMO_TIMEOUT_MINUTES,
+    json_output: JsonOption = False,
+    stack: StackOption = None,
+    state_dir: StateDirOption = local.DEFAULT_STATE_DIR,
+) -> None:
+    """Start a run now, with optional overrides of the stack's training settings."""
+    overrides = Overrides(
+        max_jobs=max_jobs,
+        parallel_jobs=parallel_jobs,
+        instance_type=instance_type,
+        epochs=epochs,
+        spot=spot,
+        hyperparameters=parse_assignments(hyperparameter or [], "--hyperparameter"),
+    )
+    check_dataset_name(dataset)
+    console = _console(json_output)
+    with _deployment(stack, state_dir, read_only=False) as deployment:
+        arn = start_run(deployment, dataset, overrides)
+        if not wait:
+            typer.echo(json.dumps({"execution_arn": arn}) if json_output else f"started {arn}")
+            return
+        record = wait_for_run(deployment, dataset, since="", execution_arn=arn, timeout_seconds=timeout * 60)
+        record = follow(
+            deployment, record, console=console, live=console.is_terminal, timeout_seconds=timeout * 60
+        )
+        _finish(deployment, record, json_output=json_output, console=console)
+
+
+@app.command()
+def status(
+    run_id: Annotated[
+        str | None, typer.Argument(metavar="[RUN]", help="Run id (default: the newest run).")
+    ] = None,
+    dataset: DatasetOption = None,
+    json_output: JsonOption = False,
+    stack: StackOption = None,
+    state_dir: StateDirOption = local.DEFAULT_STATE_DIR,
+) -> None:
+    """Where a run is: its state, the states it went through, its jobs."""
+    console = _console(False)
+    with _deployment(stack, state_dir, read_only=True) as deployment:
+        if run_id is None:
+            found = runs.list_runs(
+                table_name=runs_table(deployment), dataset=dataset, client=deployment.client("dynamodb")
+            )
+            if not found:
+                raise RetrainError(
+                    "no runs yet: upload images (`retrain upload`) or start one (`retrain start`)"
+                )
+            record = found[0]
+        else:
+            record = find_run(deployment, run_id, dataset)
+        shot = snapshot(deployment, record)
+    if json_output:
+        typer.echo(json.dumps(asdict(shot)))
+    elif console.is_terminal:
+        console.print(render(shot))
+    else:
+        typer.echo(plain_line(shot))
+
+
+@app.command("runs")
+def list_runs_command(
+    dataset: DatasetOption = None,
+    json_output: JsonOption = False,
+    stack: StackOption = None,
+    state_dir: StateDirOption = local.DEFAULT_STATE_DIR,
+) -> None:
+    """The runs, newest first."""
+    if dataset is not None:
+        check_dataset_name(dataset)
+    with _deployment(stack, state_dir, read_only=True) as deployment:
+        found = runs.list_runs(
+            table_name=runs_table(deployment), dataset=dataset, client=deployment.client("dynamodb")
+        )
+    rows = [
+        {
+            "run_id": r["run_id"],
+            "dataset": r["dataset"],
+            "status": r["status"],
+            "created_at": r.get("created_at", ""),
+            "gate": r.get("gate", {}).get("decision", ""),
+            "objective": r.get("best_objective"),
+            "model_package": r.get("model_package_arn", ""),
+        }
+        for r in found
+    ]
+    if json_output:
+        typer.echo(json.dumps(rows))
+        return
+    if not rows:
+        typer.echo("no runs yet: upload images (`retrain upload`) or start one (`retrain start`)")
+        return
+    table = Table("run", "dataset", "status", "created", "gate", "objective", box=None, header_style="bold")
+    for row in rows:
+        objective = "-" if row["objective"] is None else f"{row['objective']:.4f}"
+        cells = [str(row[k] or "-") for k in ("run_id", "dataset", "status", "created_at", "gate")]
+        table.add_row(*cells, objective)
+    Console(highlight=False).print(table)
+
+
+@app.command()
+def report(
+    run_id: Annotated[str, typer.Argument(metavar="RUN", help="Run id (see `retrain runs`).")],
+    dataset: DatasetOption = None,
+    json_output: JsonOption = False,
+    stack: StackOption = None,
+    state_dir: StateDirOption = local.DEFAULT_STATE_DIR,
+) -> None:
+    """Write a run's report (runs/<run-id>/report.md with charts; also under the run's S3 prefix on AWS)."""
+    with _deployment(stack, state_dir, read_only=True) as deployment:
+        record = find_run(deployment, run_id, dataset)
+        out_dir = _report_dir(record["run_id"])
+        facts = collect(deployment, record, out_dir=out_dir)
+        path = write_report(facts, out_dir)
+        facts.report = _publish_report(deployment, record, out_dir)
+    typer.echo(json.dumps(summary(facts)) if json_output else f"report: {facts.report} ({path})")
+
+
+@local_app.command("up")
+def local_up(state_dir: StateDirOption = local.DEFAULT_STATE_DIR) -> None:
+    """Start the embedded stack in the background (state kept in .retrain/)."""
+    endpoint = local.up(state_dir)
+    typer.echo(f"embedded stack running at {endpoint}; stop it with `retrain local down`")
+
+
+@local_app.command("down")
+def local_down(state_dir: StateDirOption = local.DEFAULT_STATE_DIR) -> None:
+    """Stop the background embedded stack (its state stays in .retrain/)."""
+    stopped = local.down(state_dir)
+    typer.echo("embedded stack stopped" if stopped else "no embedded stack was running")
 
 
 def main() -> None:
-    print(
-        "retrain: the embedded AWS runtime that `retrain demo` needs is not built yet "
-        "(issues 6 and 7); nothing was run.",
-        file=sys.stderr,
-    )
-    raise SystemExit(2)
+    app(prog_name="retrain")
+
+
+if __name__ == "__main__":
+    main()

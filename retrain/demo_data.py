@@ -4,11 +4,15 @@ written as JPEG files in label folders, as a user would have them on disk."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 from PIL import Image
+
+T = TypeVar("T")
 
 LABELS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 DIGITS_MAX = 16.0  # load_digits' pixel values run 0..16
@@ -50,7 +54,7 @@ def write_digits(root: Path, *, size: int = DEFAULT_SIZE, limit: int | None = No
     return DemoDataset(root=root, files=tuple(files), per_label=dict(per_label))
 
 
-def batches(files: tuple[Path, ...] | list[Path], count: int) -> list[list[Path]]:
+def batches(files: Sequence[T], count: int) -> list[list[T]]:
     """Split files into `count` nearly equal upload batches, interleaved so every batch has every label."""
     if count < 1:
         raise ValueError(f"batch count must be at least 1, got {count}")

@@ -1,0 +1,300 @@
+"""Follow a run until it ends: the state machine's current state and history, each SageMaker job of the
+run (trial, status, objective, spot interruptions and resumes) and the elapsed time.
+
+`snapshot` makes the AWS calls; `render` (rich) and `plain_line` are pure views of a `Snapshot`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import botocore.exceptions
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from controller import names, runs
+from retrain.collect import INTERRUPTED_STATUS
+from retrain.deployment import Deployment
+from retrain.errors import RetrainError
+
+POLL_SECONDS = 2.0
+_JOB_NAME_KEYS = {
+    "HyperParameterTuningJobName": "tuning",
+    "TrainingJobName": "training",
+    "ProcessingJobName": "processing",
+}
+_TERMINAL_EXECUTION = ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED")
+
+
+@dataclass(frozen=True)
+class JobRow:
+    name: str
+    kind: str  # trial | training | processing
+    status: str
+    secondary: str = ""
+    objective: float | None = None
+    interruptions: int = 0
+    resumes: int = 0
+
+
+@dataclass
+class Snapshot:
+    run_id: str
+    dataset: str
+    status: str
+    execution_status: str = ""
+    current_state: str = ""
+    history: list[str] = field(default_factory=list)
+    jobs: list[JobRow] = field(default_factory=list)
+    elapsed_seconds: float = 0.0
+    error: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return self.status in runs.FINAL_STATUSES or self.execution_status in _TERMINAL_EXECUTION[1:]
+
+
+def _parse_time(value: str) -> datetime | None:
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def execution_history(sfn: Any, execution_arn: str) -> tuple[list[str], str, dict[str, str], str]:
+    """States entered in order, the one running now, the SageMaker jobs the run's Tasks named, and the
+    execution's error (when it failed)."""
+    events: list[dict[str, Any]] = []
+    kwargs: dict[str, Any] = {"executionArn": execution_arn, "maxResults": 1000}
+    while True:
+        page = sfn.get_execution_history(**kwargs)
+        events.extend(page.get("events", []))
+        if not page.get("nextToken"):
+            break
+        kwargs["nextToken"] = page["nextToken"]
+    history: list[str] = []
+    open_states: list[str] = []
+    jobs: dict[str, str] = {}
+    error = ""
+    for event in events:
+        kind = str(event.get("type", ""))
+        if kind.endswith("StateEntered"):
+            name = str(event.get("stateEnteredEventDetails", {}).get("name", ""))
+            history.append(name)
+            open_states.append(name)
+        elif kind.endswith("StateExited"):
+            name = str(event.get("stateExitedEventDetails", {}).get("name", ""))
+            if name in open_states:
+                open_states.remove(name)
+        elif kind == "TaskScheduled":
+            try:
+                parameters = json.loads(event.get("taskScheduledEventDetails", {}).get("parameters", "{}"))
+            except json.JSONDecodeError:
+                parameters = {}
+            if isinstance(parameters, dict):
+                for key, job_kind in _JOB_NAME_KEYS.items():
+                    if isinstance(parameters.get(key), str):
+                        jobs[parameters[key]] = job_kind
+        elif kind == "ExecutionFailed":
+            details = event.get("executionFailedEventDetails", {})
+            error = f"{details.get('error', '')}: {details.get('cause', '')}".strip(": ")
+    return history, (open_states[-1] if open_states else ""), jobs, error
+
+
+def _job_row(sagemaker: Any, name: str, kind: str, objective: float | None = None) -> JobRow:
+    try:
+        job = sagemaker.describe_training_job(TrainingJobName=name)
+    except botocore.exceptions.ClientError:
+        return JobRow(name=name, kind=kind, status="Pending", objective=objective)
+    transitions = [str(t.get("Status", "")) for t in job.get("SecondaryStatusTransitions", [])]
+    interrupted = [i for i, status in enumerate(transitions) if status == INTERRUPTED_STATUS]
+    resumes = sum(1 for i in interrupted if "Training" in transitions[i + 1 :])
+    return JobRow(
+        name=name,
+        kind=kind,
+        status=str(job.get("TrainingJobStatus", "")),
+        secondary=str(job.get("SecondaryStatus", "")),
+        objective=objective,
+        interruptions=len(interrupted),
+        resumes=resumes,
+    )
+
+
+def _tuning_rows(sagemaker: Any, tuning_job: str) -> list[JobRow]:
+    rows: list[JobRow] = []
+    kwargs: dict[str, Any] = {"HyperParameterTuningJobName": tuning_job}
+    try:
+        while True:
+            page = sagemaker.list_training_jobs_for_hyper_parameter_tuning_job(**kwargs)
+            for summary in page.get("TrainingJobSummaries", []):
+                metric = summary.get("FinalHyperParameterTuningJobObjectiveMetric") or {}
+                value = metric.get("Value")
+                objective = float(value) if value is not None else None
+                rows.append(_job_row(sagemaker, summary["TrainingJobName"], "trial", objective))
+            if not page.get("NextToken"):
+                break
+            kwargs["NextToken"] = page["NextToken"]
+    except botocore.exceptions.ClientError:
+        return rows
+    return sorted(rows, key=lambda r: r.name)
+
+
+def _processing_row(sagemaker: Any, name: str) -> JobRow:
+    try:
+        job = sagemaker.describe_processing_job(ProcessingJobName=name)
+    except botocore.exceptions.ClientError:
+        return JobRow(name=name, kind="processing", status="Pending")
+    return JobRow(name=name, kind="processing", status=str(job.get("ProcessingJobStatus", "")))
+
+
+def snapshot(deployment: Deployment, record: runs.RunRecord, *, now: datetime | None = None) -> Snapshot:
+    shot = Snapshot(run_id=record["run_id"], dataset=record["dataset"], status=record["status"])
+    started = _parse_time(record.get("created_at", ""))
+    ended = _parse_time(record.get("finished_at", "")) if record["status"] in runs.FINAL_STATUSES else None
+    if started is not None:
+        shot.elapsed_seconds = max(0.0, ((ended or now or datetime.now(UTC)) - started).total_seconds())
+    sagemaker = deployment.client("sagemaker")
+    jobs: dict[str, str] = {}
+    arn = record.get("execution_arn")
+    if arn:
+        sfn = deployment.client("stepfunctions")
+        shot.execution_status = str(sfn.describe_execution(executionArn=arn).get("status", ""))
+        shot.history, shot.current_state, jobs, shot.error = execution_history(sfn, arn)
+    tuning = record.get("tuning_job") or next((n for n, k in jobs.items() if k == "tuning"), "")
+    if tuning:
+        shot.jobs.extend(_tuning_rows(sagemaker, tuning))
+    seen = {row.name for row in shot.jobs}
+    for name, kind in jobs.items():
+        if name in seen:
+            continue
+        if kind == "training":
+            shot.jobs.append(_job_row(sagemaker, name, "training"))
+        elif kind == "processing":
+            shot.jobs.append(_processing_row(sagemaker, name))
+    return shot
+
+
+def _elapsed(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s"
+
+
+def render(shot: Snapshot) -> Group:
+    title = Text.assemble(
+        ("run ", "bold"), (shot.run_id, "bold cyan"), f"  {shot.dataset}  ",
+        (shot.status, "bold green" if shot.status == "SUCCEEDED" else "bold"),
+        f"  {_elapsed(shot.elapsed_seconds)}",
+    )  # fmt: skip
+    state = Text.assemble(("now: ", "bold"), shot.current_state or "—")
+    history = Text.assemble(("states: ", "bold"), " → ".join(shot.history) or "—", style="dim")
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("job", "kind", "status", "objective", "interrupted", "resumed"):
+        table.add_column(column)
+    for row in shot.jobs:
+        status = (
+            f"{row.status} ({row.secondary})" if row.secondary and row.secondary != row.status else row.status
+        )
+        objective = "—" if row.objective is None else f"{row.objective:.4f}"
+        table.add_row(row.name, row.kind, status, objective, str(row.interruptions), str(row.resumes))
+    parts: list[Any] = [title, state, history, table]
+    if shot.error:
+        parts.append(Text(shot.error, style="bold red"))
+    return Group(*parts)
+
+
+def plain_line(shot: Snapshot) -> str:
+    trials = [r for r in shot.jobs if r.kind == "trial"]
+    done = sum(1 for r in trials if r.status in ("Completed", "Failed", "Stopped"))
+    interruptions = sum(r.interruptions for r in shot.jobs)
+    return (
+        f"run {shot.run_id} {shot.status} state={shot.current_state or '-'} "
+        f"trials={done}/{len(trials)} interruptions={interruptions} elapsed={_elapsed(shot.elapsed_seconds)}"
+    )
+
+
+def wait_for_run(
+    deployment: Deployment,
+    dataset: str,
+    *,
+    since: str,
+    timeout_seconds: float,
+    execution_arn: str | None = None,
+    poll_seconds: float = POLL_SECONDS,
+    sleep: Callable[[float], None] = time.sleep,
+) -> runs.RunRecord:
+    """The run of `dataset` created at or after `since` (or with this execution), once it exists."""
+    table = deployment.output(names.STACK_OUTPUTS["runs_table"])
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        for record in runs.list_runs(table_name=table, dataset=dataset, client=deployment.client("dynamodb")):
+            if execution_arn is not None:
+                if record.get("execution_arn") == execution_arn:
+                    return record
+            elif record.get("created_at", "") >= since:
+                return record
+        if time.monotonic() >= deadline:
+            raise RetrainError(
+                f"no run of data set {dataset!r} started within {int(timeout_seconds)} s: check "
+                "`retrain runs` and the ingest queue's dead-letter queue, or start one with `retrain start`"
+            )
+        sleep(poll_seconds)
+
+
+def follow(
+    deployment: Deployment,
+    record: runs.RunRecord,
+    *,
+    console: Console,
+    live: bool,
+    timeout_seconds: float,
+    poll_seconds: float = POLL_SECONDS,
+    sleep: Callable[[float], None] = time.sleep,
+) -> runs.RunRecord:
+    """Poll the run until it reaches a final status; show progress live on a TTY, plain lines otherwise."""
+    table = deployment.output(names.STACK_OUTPUTS["runs_table"])
+    dynamodb = deployment.client("dynamodb")
+    deadline = time.monotonic() + timeout_seconds
+    last_line = ""
+
+    def refresh() -> Snapshot:
+        nonlocal record
+        record = (
+            runs.get_run(record["dataset"], record["run_id"], table_name=table, client=dynamodb) or record
+        )
+        return snapshot(deployment, record)
+
+    def timed_out() -> RetrainError:
+        return RetrainError(
+            f"run {record['run_id']} still {record['status']} after {int(timeout_seconds)} s: it goes on; "
+            f"follow it with `retrain status {record['run_id']}`"
+        )
+
+    if live:
+        with Live(render(refresh()), console=console, refresh_per_second=4, transient=False) as view:
+            while True:
+                shot = refresh()
+                view.update(render(shot))
+                if shot.finished:
+                    return record
+                if time.monotonic() >= deadline:
+                    raise timed_out()
+                sleep(poll_seconds)
+    while True:
+        shot = refresh()
+        line = plain_line(shot)
+        if line.split(" elapsed=")[0] != last_line.split(" elapsed=", maxsplit=1)[0]:
+            console.print(line, highlight=False, soft_wrap=True)
+            last_line = line
+        if shot.finished:
+            return record
+        if time.monotonic() >= deadline:
+            raise timed_out()
+        sleep(poll_seconds)

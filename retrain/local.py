@@ -1,0 +1,89 @@
+"""The CLI's door to the embedded stack (`retrain.embedded.stack`): a foreground stack for one demo or
+one command, or the background one that `retrain local up` started. Only this module imports it."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+
+from retrain.deployment import Deployment, connect
+from retrain.errors import EmbeddedRuntimeError
+
+DEFAULT_STATE_DIR = Path(".retrain")
+LOCAL_REGION = "us-east-1"
+# The emulation accepts any credentials; these keep boto3 from looking for (or using) real ones.
+LOCAL_KEY = "retrain-local"
+
+
+def local_session() -> boto3.session.Session:
+    return boto3.session.Session(
+        aws_access_key_id=LOCAL_KEY, aws_secret_access_key=LOCAL_KEY, region_name=LOCAL_REGION
+    )
+
+
+def _stack_module() -> Any:
+    try:
+        return importlib.import_module("retrain.embedded.stack")
+    except ModuleNotFoundError as error:
+        raise EmbeddedRuntimeError(
+            f"the embedded AWS runtime is not installed ({error}): reinstall retrain with `make setup`, "
+            "or pass --stack NAME to use a stack deployed on AWS"
+        ) from None
+
+
+def connect_local(endpoint_url: str, stack_name: str) -> Deployment:
+    return connect(stack_name, endpoint_url=endpoint_url, session=local_session())
+
+
+@contextlib.contextmanager
+def foreground(
+    state_dir: Path = DEFAULT_STATE_DIR,
+    *,
+    parameter_overrides: dict[str, str] | None = None,
+    faults: Any = None,
+    spot: Any = None,
+) -> Iterator[Deployment]:
+    """An embedded stack that lives as long as the `with` block (its state persists in state_dir)."""
+    module = _stack_module()
+    kwargs: dict[str, Any] = {"state_dir": state_dir}
+    if parameter_overrides:
+        kwargs["parameter_overrides"] = parameter_overrides
+    if faults is not None:
+        kwargs["faults"] = faults
+    if spot is not None:
+        kwargs["spot"] = spot
+    stack = module.EmbeddedStack(**kwargs)
+    endpoint = stack.start()
+    try:
+        yield connect_local(str(endpoint), str(stack.stack_name))
+    finally:
+        stack.stop()
+
+
+def background(state_dir: Path = DEFAULT_STATE_DIR) -> Deployment | None:
+    """The background stack `retrain local up` started, or None when none is running."""
+    module = _stack_module()
+    found = module.running(state_dir)
+    if found is None:
+        return None
+    endpoint, stack_name = found
+    return connect_local(str(endpoint), str(stack_name))
+
+
+def has_state(state_dir: Path = DEFAULT_STATE_DIR) -> bool:
+    return state_dir.is_dir() and any(state_dir.iterdir())
+
+
+def up(state_dir: Path = DEFAULT_STATE_DIR, **options: Any) -> str:
+    """Start the background stack; its endpoint URL."""
+    return str(_stack_module().up(state_dir=state_dir, **options))
+
+
+def down(state_dir: Path = DEFAULT_STATE_DIR) -> bool:
+    """Stop the background stack; False when none was running."""
+    return bool(_stack_module().down(state_dir=state_dir))

@@ -1,0 +1,68 @@
+"""Start a run by hand: StartExecution of the stack's state machine with the control plane's documented
+manual-start input (the state machine's first state validates it)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from controller import names
+from retrain.deployment import Deployment
+from retrain.errors import UsageError
+from retrain.upload import check_dataset_name
+
+
+@dataclass(frozen=True)
+class Overrides:
+    max_jobs: int | None = None
+    parallel_jobs: int | None = None
+    instance_type: str | None = None
+    epochs: int | None = None
+    spot: bool | None = None
+    hyperparameters: dict[str, str] = field(default_factory=dict)
+
+
+def parse_assignments(values: list[str], option: str) -> dict[str, str]:
+    """`name=value` pairs of a repeated option."""
+    pairs: dict[str, str] = {}
+    for value in values:
+        name, sep, setting = value.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"{option} {value!r} is not NAME=VALUE: write e.g. {option} lr=0.01")
+        pairs[name.strip()] = setting.strip()
+    return pairs
+
+
+def start_input(dataset: str, overrides: Overrides) -> dict[str, Any]:
+    document: dict[str, Any] = {"dataset": check_dataset_name(dataset), "trigger": "manual"}
+    chosen = {
+        "max_jobs": overrides.max_jobs,
+        "parallel_jobs": overrides.parallel_jobs,
+        "instance_type": overrides.instance_type,
+        "epochs": overrides.epochs,
+        "spot": overrides.spot,
+    }
+    settings: dict[str, Any] = {k: v for k, v in chosen.items() if v is not None}
+    if overrides.hyperparameters:
+        settings["hyperparameters"] = dict(overrides.hyperparameters)
+    if settings:
+        document["overrides"] = settings
+    return document
+
+
+def execution_name(dataset: str, now: datetime | None = None) -> str:
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%S")
+    return f"manual-{dataset}-{stamp}"[:80]
+
+
+def start_run(deployment: Deployment, dataset: str, overrides: Overrides) -> str:
+    """The new execution's ARN."""
+    sfn = deployment.client("stepfunctions")
+    response = sfn.start_execution(
+        stateMachineArn=deployment.output(names.STACK_OUTPUTS["state_machine"]),
+        name=execution_name(dataset),
+        input=json.dumps(start_input(dataset, overrides)),
+    )
+    return str(response["executionArn"])
