@@ -1,0 +1,325 @@
+"""Lambda event sources moto does not run the way Lambda does: SQS event-source mappings and schedules.
+
+moto invokes an SQS-mapped function inline, one message at a time, at SendMessage. Lambda instead polls:
+batches of up to BatchSize gathered for up to MaximumBatchingWindowInSeconds, partial batch failures
+(``batchItemFailures`` when ReportBatchItemFailures is on), failed messages back to the queue after their
+visibility timeout and to the dead-letter queue after the redrive policy's maxReceiveCount (moto's SQS
+does the last move at receive time). :class:`SqsPoller` does that. :class:`Scheduler` fires EventBridge
+rules with a ScheduleExpression (``rate(...)`` and ``cron(...)``); ``time_scale`` shrinks rate periods,
+batching windows and visibility timeouts so a demo does not wait minutes.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+LOG = logging.getLogger(__name__)
+Invoker = Callable[[str, dict[str, Any]], Any]
+
+_RATE: Final = re.compile(r"^rate\((\d+)\s+(minute|minutes|hour|hours|day|days)\)$")
+_CRON: Final = re.compile(r"^cron\((.+)\)$")
+_UNIT_SECONDS: Final = {"minute": 60, "hour": 3600, "day": 86400}
+
+
+class ScheduleError(ValueError):
+    """A ScheduleExpression this runtime cannot run."""
+
+
+@dataclass(frozen=True)
+class SqsMapping:
+    """An AWS::Lambda::EventSourceMapping (or SAM SQS event) from a queue to a function."""
+
+    function: str
+    queue_url: str
+    queue_arn: str
+    batch_size: int = 10
+    batching_window_seconds: float = 0.0
+    report_batch_item_failures: bool = False
+    enabled: bool = True
+
+
+def sqs_record(message: dict[str, Any], queue_arn: str, region: str) -> dict[str, Any]:
+    """One Records[] entry of the event Lambda builds from an SQS message."""
+    attributes = dict(message.get("Attributes", {}))
+    return {
+        "messageId": message["MessageId"],
+        "receiptHandle": message["ReceiptHandle"],
+        "body": message["Body"],
+        "attributes": attributes,
+        "messageAttributes": {
+            name: {
+                "stringValue": value.get("StringValue"),
+                "binaryValue": value.get("BinaryValue"),
+                "stringListValues": [],
+                "binaryListValues": [],
+                "dataType": value["DataType"],
+            }
+            for name, value in message.get("MessageAttributes", {}).items()
+        },
+        "md5OfBody": message["MD5OfBody"],
+        "eventSource": "aws:sqs",
+        "eventSourceARN": queue_arn,
+        "awsRegion": region,
+    }
+
+
+def failed_message_ids(result: Any, batch_ids: list[str]) -> set[str] | None:
+    """The message ids a ReportBatchItemFailures response names; None means the whole batch failed.
+
+    As on Lambda, a malformed response or an id outside the batch fails the whole batch."""
+    if result is None or (isinstance(result, dict) and not result.get("batchItemFailures")):
+        return set()
+    if not isinstance(result, dict) or not isinstance(result["batchItemFailures"], list):
+        return None
+    ids: set[str] = set()
+    for item in result["batchItemFailures"]:
+        identifier = item.get("itemIdentifier") if isinstance(item, dict) else None
+        if not identifier or identifier not in batch_ids:
+            return None
+        ids.add(str(identifier))
+    return ids
+
+
+class SqsPoller:
+    """Polls one queue for one function as Lambda's SQS event source does."""
+
+    def __init__(
+        self,
+        mapping: SqsMapping,
+        *,
+        sqs_client: Any,
+        invoke: Invoker,
+        region: str = "us-east-1",
+        time_scale: float = 1.0,
+    ) -> None:
+        self.mapping = mapping
+        self._sqs = sqs_client
+        self._invoke = invoke
+        self._region = region
+        self._scale = time_scale
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name=f"sqs-{mapping.function}")
+        visibility = sqs_client.get_queue_attributes(
+            QueueUrl=mapping.queue_url, AttributeNames=["VisibilityTimeout"]
+        )
+        self._visibility = int(visibility["Attributes"].get("VisibilityTimeout", "30"))
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
+
+    def _receive(self) -> list[dict[str, Any]]:
+        batch: list[dict[str, Any]] = []
+        window_end = time.monotonic() + self.mapping.batching_window_seconds * self._scale
+        while not self._stop.is_set() and len(batch) < self.mapping.batch_size:
+            messages = self._sqs.receive_message(
+                QueueUrl=self.mapping.queue_url,
+                MaxNumberOfMessages=min(10, self.mapping.batch_size - len(batch)),
+                WaitTimeSeconds=0 if batch else 1,
+                AttributeNames=["All"],
+                MessageAttributeNames=["All"],
+            ).get("Messages", [])
+            batch += messages
+            if not batch or time.monotonic() >= window_end:
+                break
+            if not messages:
+                time.sleep(0.05)
+        return batch
+
+    def poll_once(self) -> int:
+        """Receive one batch and run it; how many messages it held."""
+        batch = self._receive()
+        if not batch:
+            return 0
+        event = {"Records": [sqs_record(m, self.mapping.queue_arn, self._region) for m in batch]}
+        ids = [m["MessageId"] for m in batch]
+        failed: set[str] | None
+        try:
+            result = self._invoke(self.mapping.function, event)
+            failed = failed_message_ids(result, ids) if self.mapping.report_batch_item_failures else set()
+        except Exception as exc:
+            LOG.info(
+                "batch of %d from %s failed in %s: %s",
+                len(batch),
+                self.mapping.queue_url,
+                self.mapping.function,
+                exc,
+            )
+            failed = None
+        for message in batch:
+            if failed is None or message["MessageId"] in failed:
+                self._sqs.change_message_visibility(
+                    QueueUrl=self.mapping.queue_url,
+                    ReceiptHandle=message["ReceiptHandle"],
+                    VisibilityTimeout=max(0, round(self._visibility * self._scale)),
+                )
+            else:
+                self._sqs.delete_message(
+                    QueueUrl=self.mapping.queue_url, ReceiptHandle=message["ReceiptHandle"]
+                )
+        return len(batch)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.poll_once()
+            except Exception:
+                LOG.exception("SQS poller for %s", self.mapping.function)
+                self._stop.wait(1.0)
+
+
+def schedule_period_seconds(expression: str) -> float | None:
+    """The period of a ``rate(...)`` expression; None for ``cron(...)`` (see :func:`cron_matches`)."""
+    rate = _RATE.match(expression.strip())
+    if rate:
+        value, unit = int(rate.group(1)), rate.group(2).rstrip("s")
+        if value < 1:
+            raise ScheduleError(f"{expression!r}: the rate must be at least 1")
+        return float(value * _UNIT_SECONDS[unit])
+    if _CRON.match(expression.strip()):
+        cron_fields(expression)
+        return None
+    raise ScheduleError(f"{expression!r} is neither rate(N unit) nor cron(6 fields)")
+
+
+def cron_fields(expression: str) -> list[str]:
+    match = _CRON.match(expression.strip())
+    fields = match.group(1).split() if match else []
+    if len(fields) != 6:
+        raise ScheduleError(
+            f"{expression!r}: cron needs 6 fields (minutes hours day-of-month month day-of-week year)"
+        )
+    for value in fields[2:]:
+        if value not in ("*", "?"):
+            raise ScheduleError(
+                f"{expression!r}: the embedded scheduler runs cron on minutes and hours only; "
+                "use * or ? in the other fields"
+            )
+    return fields
+
+
+def _field_matches(spec: str, value: int) -> bool:
+    for part in spec.split(","):
+        base, _, step = part.partition("/")
+        start, _, end = base.partition("-")
+        low = 0 if start in ("*", "") else int(start)
+        high = (59 if base == "*" else low) if not end else int(end)
+        if step and not end and base != "*":
+            high = 59
+        if low <= value <= high and (value - low) % int(step or 1) == 0:
+            return True
+    return False
+
+
+def cron_matches(expression: str, when: datetime.datetime) -> bool:
+    """Whether a minutes/hours cron expression fires in the UTC minute ``when``."""
+    minutes, hours, *_ = cron_fields(expression)
+    return _field_matches(minutes, when.minute) and _field_matches(hours, when.hour)
+
+
+@dataclass(frozen=True)
+class ScheduledRule:
+    name: str
+    arn: str
+    expression: str
+    targets: tuple[dict[str, Any], ...]
+
+
+def scheduled_event(rule: ScheduledRule, account: str, region: str) -> dict[str, Any]:
+    return {
+        "version": "0",
+        "id": str(uuid.uuid4()),
+        "detail-type": "Scheduled Event",
+        "source": "aws.events",
+        "account": account,
+        "time": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "region": region,
+        "resources": [rule.arn],
+        "detail": {},
+    }
+
+
+class Scheduler:
+    """Fires scheduled EventBridge rules at their Lambda targets (and SQS targets through ``send``)."""
+
+    def __init__(
+        self,
+        rules: list[ScheduledRule],
+        *,
+        invoke: Invoker,
+        sqs_client: Any = None,
+        account: str = "123456789012",
+        region: str = "us-east-1",
+        time_scale: float = 1.0,
+    ) -> None:
+        for rule in rules:
+            schedule_period_seconds(rule.expression)
+        self.rules = rules
+        self._invoke, self._sqs = invoke, sqs_client
+        self._account, self._region, self._scale = account, region, time_scale
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="scheduler")
+
+    def start(self) -> None:
+        if self.rules:
+            self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def fire(self, rule: ScheduledRule) -> None:
+        event = scheduled_event(rule, self._account, self._region)
+        for target in rule.targets:
+            payload = json.loads(target["Input"]) if target.get("Input") else event
+            arn = str(target["Arn"])
+            try:
+                if ":lambda:" in arn:
+                    self._invoke(arn, payload)
+                elif ":sqs:" in arn and self._sqs is not None:
+                    name = arn.rsplit(":", 1)[-1]
+                    url = self._sqs.get_queue_url(QueueName=name)["QueueUrl"]
+                    self._sqs.send_message(QueueUrl=url, MessageBody=json.dumps(payload))
+                else:
+                    LOG.warning(
+                        "rule %s: target %s is not a Lambda function or SQS queue; skipped", rule.name, arn
+                    )
+            except Exception:
+                LOG.exception("scheduled rule %s -> %s", rule.name, arn)
+
+    def _fire_async(self, rule: ScheduledRule) -> None:
+        """EventBridge invokes targets asynchronously: one rule's slow target never delays another rule."""
+        threading.Thread(target=self.fire, args=(rule,), daemon=True, name=f"rule-{rule.name}").start()
+
+    def _loop(self) -> None:
+        next_at: dict[str, float] = {}
+        now = time.monotonic()
+        for rule in self.rules:
+            period = schedule_period_seconds(rule.expression)
+            if period is not None:
+                next_at[rule.name] = now + period * self._scale
+        last_minute: datetime.datetime | None = None
+        while not self._stop.wait(0.2):
+            now = time.monotonic()
+            minute = datetime.datetime.now(datetime.UTC).replace(second=0, microsecond=0)
+            for rule in self.rules:
+                period = schedule_period_seconds(rule.expression)
+                if period is not None and now >= next_at[rule.name]:
+                    next_at[rule.name] = now + period * self._scale
+                    self._fire_async(rule)
+                elif period is None and minute != last_minute and cron_matches(rule.expression, minute):
+                    self._fire_async(rule)
+            last_minute = minute

@@ -1,0 +1,223 @@
+"""The embedded Lambda runtime: the template's handlers run as real Python processes, one environment each.
+
+Each function gets a small pool of long-lived worker processes (:mod:`retrain.embedded.lambda_worker`),
+started on first use with exactly the environment the template gives that function, plus the variables
+Lambda itself sets and ``AWS_ENDPOINT_URL`` so the handler's boto3 clients reach the emulation with no
+local-only code path. A worker serves one invocation at a time, like a Lambda execution environment; an
+invocation that runs past the function's Timeout kills its worker and fails as Lambda does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import subprocess
+import sys
+import threading
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Final
+
+from retrain.embedded.integrations import TaskFailed
+
+LOG = logging.getLogger(__name__)
+REPO_ROOT: Final = Path(__file__).resolve().parents[2]
+TIMEOUT_ERROR: Final = "Sandbox.Timedout"
+INIT_SECONDS: Final = 10.0
+
+
+class FunctionNotFoundError(KeyError):
+    """An invoke named a function the template does not declare."""
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    """One AWS::Lambda::Function as the template declares it."""
+
+    name: str
+    handler: str
+    code_dir: Path
+    environment: dict[str, str] = field(default_factory=dict)
+    timeout_seconds: float = 3.0
+    memory_mb: int = 128
+    logical_id: str = ""
+
+
+class _Worker:
+    def __init__(self, spec: FunctionSpec, env: dict[str, str], log: IO[str]) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "retrain.embedded.lambda_worker", str(spec.code_dir), spec.handler],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            env=env,
+            cwd=str(spec.code_dir),
+            text=True,
+            bufsize=1,
+        )
+        self.replies: queue.Queue[str | None] = queue.Queue()
+        self.initialised = False
+        threading.Thread(target=self._read, daemon=True, name=f"lambda-reader-{spec.name}").start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.replies.put(line)
+        self.replies.put(None)
+
+    def call(self, payload: Any, timeout: float) -> dict[str, Any] | None:
+        """The reply, or None when the worker died or ran past ``timeout`` (it is then killed)."""
+        assert self.process.stdin is not None
+        request = {"payload": payload, "timeout": timeout, "request_id": str(uuid.uuid4())}
+        try:
+            self.process.stdin.write(json.dumps(request) + "\n")
+            self.process.stdin.flush()
+            # Lambda gives a new environment's init (imports) its own 10 s beyond the function timeout.
+            line = self.replies.get(timeout=timeout + (0.0 if self.initialised else INIT_SECONDS))
+        except (BrokenPipeError, queue.Empty):
+            line = None
+        if line is None:
+            self.kill()
+            return None
+        self.initialised = True
+        reply: dict[str, Any] = json.loads(line)
+        return reply
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def kill(self) -> None:
+        if self.alive():
+            self.process.kill()
+        self.process.wait()
+
+
+class LambdaRuntime:
+    """Runs the template's functions; ``invoke`` is the ``lambda_invoker`` the integrations call."""
+
+    def __init__(
+        self,
+        functions: dict[str, FunctionSpec],
+        *,
+        endpoint_url: str,
+        log_dir: Path,
+        region: str = "us-east-1",
+        max_concurrency: int = 2,
+        base_environment: dict[str, str] | None = None,
+    ) -> None:
+        self.functions = dict(functions)
+        self._endpoint = endpoint_url
+        self._region = region
+        self._log_dir = log_dir
+        self._log_dir.mkdir(parents=True, exist_ok=True)
+        self._max = max_concurrency
+        self._base = base_environment if base_environment is not None else _inherited_environment()
+        self._idle: dict[str, list[_Worker]] = {}
+        self._busy: dict[str, int] = {}
+        self._cond = threading.Condition()
+        self._logs: dict[str, IO[str]] = {}
+        self._closed = False
+
+    def resolve(self, function: str) -> FunctionSpec:
+        """A function by name, ARN or template logical id."""
+        name = function.rsplit(":function:", maxsplit=1)[-1].split(":", maxsplit=1)[0]
+        if name in self.functions:
+            return self.functions[name]
+        for spec in self.functions.values():
+            if spec.logical_id == name:
+                return spec
+        raise FunctionNotFoundError(
+            f"Function not found: {function} (the template declares {sorted(self.functions)})"
+        )
+
+    def environment(self, spec: FunctionSpec) -> dict[str, str]:
+        """What the function's process sees: the machine's basics, Lambda's own variables, the template's."""
+        return {
+            **self._base,
+            "AWS_ENDPOINT_URL": self._endpoint,
+            "AWS_REGION": self._region,
+            "AWS_DEFAULT_REGION": self._region,
+            "AWS_LAMBDA_FUNCTION_NAME": spec.name,
+            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(spec.memory_mb),
+            "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
+            "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{spec.name}",
+            "LAMBDA_TASK_ROOT": str(spec.code_dir),
+            "PYTHONPATH": str(REPO_ROOT),
+            **spec.environment,
+        }
+
+    def invoke(self, function: str, payload: Any) -> Any:
+        """Run one invocation; a handler error raises TaskFailed(errorType, errorMessage)."""
+        spec = self.resolve(function)
+        worker = self._acquire(spec)
+        reply = worker.call(payload, spec.timeout_seconds)
+        self._release(spec, worker)
+        if reply is None:
+            raise TaskFailed(TIMEOUT_ERROR, f"Task timed out after {spec.timeout_seconds:.2f} seconds")
+        if "error" in reply:
+            raise TaskFailed(str(reply["error"]["errorType"]), str(reply["error"]["errorMessage"]))
+        return reply["result"]
+
+    def _acquire(self, spec: FunctionSpec) -> _Worker:
+        with self._cond:
+            while True:
+                if self._closed:
+                    raise RuntimeError("the Lambda runtime is stopped")
+                idle = self._idle.setdefault(spec.name, [])
+                while idle:
+                    worker = idle.pop()
+                    if worker.alive():
+                        self._busy[spec.name] = self._busy.get(spec.name, 0) + 1
+                        return worker
+                if self._busy.get(spec.name, 0) < self._max:
+                    self._busy[spec.name] = self._busy.get(spec.name, 0) + 1
+                    break
+                self._cond.wait()
+        if spec.name not in self._logs:
+            self._logs[spec.name] = open(self._log_dir / f"{spec.name}.log", "a", encoding="utf-8")  # noqa: SIM115
+        return _Worker(spec, self.environment(spec), self._logs[spec.name])
+
+    def _release(self, spec: FunctionSpec, worker: _Worker) -> None:
+        with self._cond:
+            self._busy[spec.name] -= 1
+            if worker.alive() and not self._closed:
+                self._idle.setdefault(spec.name, []).append(worker)
+            else:
+                worker.kill()
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            workers = [w for pool in self._idle.values() for w in pool]
+            self._idle.clear()
+            self._cond.notify_all()
+        for worker in workers:
+            worker.kill()
+        for log in self._logs.values():
+            log.close()
+
+
+def _inherited_environment() -> dict[str, str]:
+    """The parent's variables a Lambda process needs (credentials and paths), nothing function-specific."""
+    keep = (
+        "PATH",
+        "HOME",
+        "LANG",
+        "TMPDIR",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "POWERTOOLS_TRACE_DISABLED",
+        "POWERTOOLS_METRICS_NAMESPACE",
+        "VIRTUAL_ENV",
+    )
+    env = {key: os.environ[key] for key in keep if key in os.environ}
+    env.setdefault("AWS_ACCESS_KEY_ID", "retrain-local")
+    env.setdefault("AWS_SECRET_ACCESS_KEY", "retrain-local")
+    env["AWS_CONFIG_FILE"] = os.devnull
+    env["AWS_SHARED_CREDENTIALS_FILE"] = os.devnull
+    return env

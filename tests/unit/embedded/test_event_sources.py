@@ -1,0 +1,145 @@
+"""SQS event-source mappings and schedules, run as Lambda runs them."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from retrain.embedded.event_sources import (
+    ScheduledRule,
+    ScheduleError,
+    Scheduler,
+    SqsMapping,
+    SqsPoller,
+    cron_matches,
+    schedule_period_seconds,
+)
+
+
+@pytest.fixture
+def sqs() -> Iterator[Any]:
+    with mock_aws():
+        yield boto3.client("sqs", region_name="us-east-1")
+
+
+def _queue(sqs: Any, name: str, **attributes: str) -> tuple[str, str]:
+    url = sqs.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    return url, arn
+
+
+def _send(sqs: Any, url: str, count: int) -> None:
+    for index in range(count):
+        sqs.send_message(QueueUrl=url, MessageBody=json.dumps({"n": index}))
+
+
+def _count(sqs: Any, url: str) -> int:
+    attrs = sqs.get_queue_attributes(
+        QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    )["Attributes"]
+    return int(attrs["ApproximateNumberOfMessages"]) + int(attrs["ApproximateNumberOfMessagesNotVisible"])
+
+
+def test_messages_arrive_in_batches_of_batch_size_and_are_deleted(sqs: Any) -> None:
+    url, arn = _queue(sqs, "in")
+    _send(sqs, url, 5)
+    batches: list[list[int]] = []
+    poller = SqsPoller(
+        SqsMapping("fn", url, arn, batch_size=3, batching_window_seconds=1),
+        sqs_client=sqs,
+        invoke=lambda _name, event: batches.append([json.loads(r["body"])["n"] for r in event["Records"]]),
+    )
+
+    poller.poll_once()
+    poller.poll_once()
+
+    assert sorted(len(batch) for batch in batches) == [2, 3]
+    assert sorted(n for batch in batches for n in batch) == [0, 1, 2, 3, 4]
+    assert _count(sqs, url) == 0
+
+
+def test_records_have_the_lambda_sqs_shape(sqs: Any) -> None:
+    url, arn = _queue(sqs, "shape")
+    _send(sqs, url, 1)
+    events: list[dict[str, Any]] = []
+    SqsPoller(SqsMapping("fn", url, arn), sqs_client=sqs, invoke=lambda _n, e: events.append(e)).poll_once()
+
+    record = events[0]["Records"][0]
+    assert record["eventSource"] == "aws:sqs"
+    assert record["eventSourceARN"] == arn
+    assert record["attributes"]["ApproximateReceiveCount"] == "1"
+    assert {"messageId", "receiptHandle", "body", "md5OfBody", "awsRegion"} <= set(record)
+
+
+def test_partial_batch_failure_keeps_only_the_failed_messages(sqs: Any) -> None:
+    url, arn = _queue(sqs, "partial")
+    _send(sqs, url, 3)
+
+    def invoke(_name: str, event: dict[str, Any]) -> dict[str, Any]:
+        bad = [r["messageId"] for r in event["Records"] if json.loads(r["body"])["n"] == 1]
+        return {"batchItemFailures": [{"itemIdentifier": i} for i in bad]}
+
+    mapping = SqsMapping("fn", url, arn, batch_size=10, report_batch_item_failures=True)
+    SqsPoller(mapping, sqs_client=sqs, invoke=invoke, time_scale=0).poll_once()
+
+    left = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert [json.loads(m["Body"])["n"] for m in left] == [1]
+
+
+def test_failing_messages_move_to_the_dead_letter_queue_after_max_receive_count(sqs: Any) -> None:
+    dlq_url, dlq_arn = _queue(sqs, "dlq")
+    url, arn = _queue(
+        sqs, "main", RedrivePolicy=json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 2})
+    )
+    _send(sqs, url, 1)
+    calls: list[int] = []
+
+    def invoke(_name: str, event: dict[str, Any]) -> None:
+        calls.append(len(event["Records"]))
+        raise RuntimeError("handler failed")
+
+    poller = SqsPoller(SqsMapping("fn", url, arn), sqs_client=sqs, invoke=invoke, time_scale=0)
+    for _ in range(3):
+        poller.poll_once()
+
+    assert calls == [1, 1]
+    assert _count(sqs, url) == 0
+    assert _count(sqs, dlq_url) == 1
+
+
+def test_rate_and_cron_expressions() -> None:
+    assert schedule_period_seconds("rate(5 minutes)") == 300
+    assert schedule_period_seconds("rate(1 hour)") == 3600
+    assert schedule_period_seconds("cron(0/15 * * * ? *)") is None
+    assert cron_matches("cron(0/15 * * * ? *)", datetime.datetime(2026, 1, 1, 3, 30, tzinfo=datetime.UTC))
+    assert not cron_matches("cron(0/15 * * * ? *)", datetime.datetime(2026, 1, 1, 3, 31, tzinfo=datetime.UTC))
+    assert cron_matches("cron(5 2,4 * * ? *)", datetime.datetime(2026, 1, 1, 4, 5, tzinfo=datetime.UTC))
+
+
+def test_unsupported_schedule_is_refused_with_the_reason() -> None:
+    with pytest.raises(ScheduleError, match="minutes and hours only"):
+        schedule_period_seconds("cron(0 12 1 * ? *)")
+
+
+def test_a_scheduled_rule_invokes_its_lambda_target_with_a_scheduled_event() -> None:
+    calls: list[tuple[str, dict[str, Any]]] = []
+    rule = ScheduledRule(
+        "sweep",
+        "arn:aws:events:us-east-1:123456789012:rule/sweep",
+        "rate(1 minute)",
+        ({"Id": "t", "Arn": "arn:aws:lambda:us-east-1:123456789012:function:dispatch"},),
+    )
+    scheduler = Scheduler([rule], invoke=lambda name, event: calls.append((name, event)))
+
+    scheduler.fire(rule)
+
+    name, event = calls[0]
+    assert name.endswith(":function:dispatch")
+    assert event["detail-type"] == "Scheduled Event"
+    assert event["resources"] == [rule.arn]
