@@ -1,0 +1,219 @@
+"""One processing job: a script of the training image (evaluate.py, rule_check.py) as a child process.
+
+This project has one image, so any ImageUri runs `training_image/`; the script is the `.py` named in
+ContainerEntrypoint. Every /opt/ml path in the entrypoint, the arguments and the inputs/outputs is
+rewritten into the job's own tree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from retrain.container_contract import contract
+from retrain.embedded.sagemaker.logs import PROCESSING_LOG_GROUP, LogShipper, log_stream_name
+from retrain.embedded.sagemaker.s3io import S3Uri, download_manifest, download_prefix, upload_tree
+from retrain.embedded.sagemaker.training import (
+    POLL_SECONDS,
+    JobContext,
+    JobControl,
+    JobFailedError,
+    Updater,
+    rewrite_local_path,
+)
+
+DEFAULT_MAX_RUNTIME = 86400
+
+
+def rewrite_argument(argument: str, base: Path) -> str:
+    """`/opt/ml/x` and `--flag=/opt/ml/x` point into the job's tree; anything else is unchanged."""
+    prefix = contract.DEFAULT_BASE_DIR.rstrip("/") + "/"
+    if argument.startswith(prefix):
+        return str(rewrite_local_path(argument, base))
+    flag, sep, value = argument.partition("=")
+    if sep and value.startswith(prefix):
+        return f"{flag}={rewrite_local_path(value, base)}"
+    return argument
+
+
+def program_command(app: dict[str, Any], code_dir: Path, base: Path) -> list[str]:
+    """The child command for AppSpecification: this interpreter, the image's script, its arguments."""
+    entrypoint = [str(part) for part in app.get("ContainerEntrypoint") or []]
+    arguments = [str(part) for part in app.get("ContainerArguments") or []]
+    script_index = next((i for i, part in enumerate(entrypoint) if part.endswith(".py")), None)
+    if script_index is None:
+        raise JobFailedError(
+            "ClientError: AppSpecification.ContainerEntrypoint must run a script of the retrain image "
+            f'(e.g. ["python3", "/opt/ml/code/{contract.EVALUATE_PROGRAM}"]); got {entrypoint}'
+        )
+    script = code_dir / Path(entrypoint[script_index]).name
+    if not script.is_file():
+        available = sorted(p.name for p in code_dir.glob("*.py"))
+        raise JobFailedError(f"ClientError: the retrain image has no {script.name}; it has {available}")
+    rest = entrypoint[script_index + 1 :] + arguments
+    return [sys.executable, "-u", str(script), *(rewrite_argument(a, base) for a in rest)]
+
+
+class ProcessingRun:
+    """Runs one processing job to a terminal status."""
+
+    def __init__(
+        self,
+        request: dict[str, Any],
+        job_dir: Path,
+        context: JobContext,
+        control: JobControl,
+        update: Updater,
+    ) -> None:
+        self.request = request
+        self.name: str = request["ProcessingJobName"]
+        self.job_dir = job_dir
+        self.ctx = context
+        self.control = control
+        self.update = update
+        self.base = job_dir / "opt" / "ml"
+        stopping = request.get("StoppingCondition") or {}
+        self.max_runtime = float(stopping.get("MaxRuntimeInSeconds", DEFAULT_MAX_RUNTIME))
+        self.tail: list[str] = []
+
+    def run(self) -> None:
+        start = time.time()
+        self.update({"ProcessingStartTime": start})
+        status, reason, exit_message = "Completed", None, None
+        try:
+            self._prepare()
+            exit_message = self._execute(start)
+            self._upload_outputs()
+        except JobFailedError as exc:
+            status, reason = "Failed", str(exc)
+        except _StoppedError:
+            status = "Stopped"
+        except Exception as exc:
+            status, reason = "Failed", f"InternalServerError: {type(exc).__name__}: {exc}"
+        changes: dict[str, Any] = {"ProcessingEndTime": time.time(), "ProcessingJobStatus": status}
+        if reason is not None:
+            changes["FailureReason"] = reason[: contract.FAILURE_REASON_LIMIT]
+            changes["ExitMessage"] = reason[: contract.FAILURE_REASON_LIMIT]
+        elif exit_message:
+            changes["ExitMessage"] = exit_message
+        self.update(changes)
+
+    def _prepare(self) -> None:
+        shutil.rmtree(self.base, ignore_errors=True)
+        config = self.base / "config"
+        config.mkdir(parents=True, exist_ok=True)
+        (config / "processingjobconfig.json").write_text(
+            json.dumps(self.request, default=str), encoding="utf-8"
+        )
+        (self.base / "output").mkdir(parents=True, exist_ok=True)
+        for item in self.request.get("ProcessingInputs") or []:
+            s3 = item["S3Input"]
+            target = rewrite_local_path(s3["LocalPath"], self.base)
+            target.mkdir(parents=True, exist_ok=True)
+            uri = S3Uri.parse(s3["S3Uri"])
+            try:
+                if s3.get("S3DataType", "S3Prefix") == "ManifestFile":
+                    count = download_manifest(self.ctx.s3, uri, target)
+                else:
+                    count = download_prefix(self.ctx.s3, uri, target)
+            except Exception as exc:
+                raise JobFailedError(
+                    f"ClientError: downloading input {item['InputName']!r} from {uri} failed: {exc}"
+                ) from exc
+            if count == 0:
+                raise JobFailedError(
+                    f"ClientError: no S3 objects found under {uri} (input {item['InputName']!r})"
+                )
+        for item in (self.request.get("ProcessingOutputConfig") or {}).get("Outputs") or []:
+            rewrite_local_path(item["S3Output"]["LocalPath"], self.base).mkdir(parents=True, exist_ok=True)
+
+    def _execute(self, start: float) -> str | None:
+        command = program_command(self.request["AppSpecification"], self.ctx.code_dir, self.base)
+        stream = log_stream_name(self.name, contract.DEFAULT_HOST, start)
+        self.update({"LogStreams": [stream]})
+        shipper = LogShipper(self.ctx.logs, PROCESSING_LOG_GROUP, stream, self.job_dir / "logs" / "job.log")
+        env = dict(os.environ)
+        env.update(
+            {
+                contract.BASE_DIR_ENV: str(self.base),
+                "PYTHONUNBUFFERED": "1",
+                "PYTHONPATH": os.pathsep.join(
+                    p for p in (str(self.ctx.code_dir), env.get("PYTHONPATH", "")) if p
+                ),
+            }
+        )
+        env.update({k: str(v) for k, v in (self.request.get("Environment") or {}).items()})
+        process = subprocess.Popen(
+            command,
+            cwd=self.ctx.code_dir,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
+        )
+        reader = threading.Thread(target=self._read, args=(process, shipper), daemon=True)
+        reader.start()
+        stopped = False
+        while process.poll() is None:
+            time.sleep(POLL_SECONDS)
+            if self.control.stop_requested.is_set() or time.time() - start > self.max_runtime:
+                stopped = self.control.stop_requested.is_set()
+                _terminate(process, self.ctx.grace_seconds)
+                if not stopped:
+                    reader.join(timeout=30)
+                    shipper.flush()
+                    raise JobFailedError(
+                        f"ClientError: the job exceeded MaxRuntimeInSeconds ({int(self.max_runtime)})"
+                    )
+        reader.join(timeout=30)
+        shipper.flush()
+        if stopped:
+            raise _StoppedError
+        if process.returncode != 0:
+            failure = self.base / "output" / contract.FAILURE_FILE
+            text = " ".join(failure.read_text(encoding="utf-8").split()) if failure.is_file() else ""
+            last = next((line for line in reversed(self.tail) if line.strip()), "")
+            raise JobFailedError(
+                f"AlgorithmError: {text or f'exit code {process.returncode}; last log line: {last}'}"
+            )
+        message = self.base / "output" / "message"
+        return message.read_text(encoding="utf-8").strip() if message.is_file() else None
+
+    def _read(self, process: subprocess.Popen[str], shipper: LogShipper) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            shipper.write(line)
+            self.tail = [*self.tail[-19:], line.rstrip("\n")]
+        process.stdout.close()
+
+    def _upload_outputs(self) -> None:
+        for item in (self.request.get("ProcessingOutputConfig") or {}).get("Outputs") or []:
+            s3 = item["S3Output"]
+            upload_tree(self.ctx.s3, rewrite_local_path(s3["LocalPath"], self.base), S3Uri.parse(s3["S3Uri"]))
+
+
+class _StoppedError(Exception):
+    pass
+
+
+def _terminate(process: subprocess.Popen[str], grace: float) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=grace)
+    except ProcessLookupError:
+        pass
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()

@@ -1,0 +1,98 @@
+"""S3 transfers the emulated instances do: channel downloads, checkpoint sync, artifact uploads."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+
+@dataclass(frozen=True)
+class S3Uri:
+    bucket: str
+    key: str
+
+    @classmethod
+    def parse(cls, uri: str) -> S3Uri:
+        if not uri.startswith("s3://") or len(uri) <= len("s3://"):
+            raise ValueError(f"{uri!r} is not an S3 URI; write it as s3://bucket/prefix")
+        bucket, _, key = uri[len("s3://") :].partition("/")
+        if not bucket:
+            raise ValueError(f"{uri!r} names no bucket; write it as s3://bucket/prefix")
+        return cls(bucket, key)
+
+    def join(self, *parts: str) -> S3Uri:
+        key = self.key.rstrip("/")
+        for part in parts:
+            key = f"{key}/{part.strip('/')}" if key else part.strip("/")
+        return S3Uri(self.bucket, key)
+
+    def __str__(self) -> str:
+        return f"s3://{self.bucket}/{self.key}"
+
+
+def list_keys(s3: S3Client, uri: S3Uri) -> list[str]:
+    keys: list[str] = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=uri.bucket, Prefix=uri.key):
+        keys.extend(obj["Key"] for obj in page.get("Contents", []))
+    return keys
+
+
+def download_prefix(s3: S3Client, uri: S3Uri, target: Path) -> int:
+    """Copy every object whose key starts with the prefix to `target`, as SageMaker's S3Prefix does:
+    the local path is the key with the prefix removed (an exact object key keeps its file name)."""
+    count = 0
+    for key in list_keys(s3, uri):
+        if key.endswith("/"):
+            continue
+        rel = key[len(uri.key) :].lstrip("/") or key.rsplit("/", 1)[-1]
+        dest = target / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        s3.download_file(uri.bucket, key, str(dest))
+        count += 1
+    return count
+
+
+def download_manifest(s3: S3Client, uri: S3Uri, target: Path) -> int:
+    """A ManifestFile channel: [{"prefix": "s3://b/p/"}, "rel/key", ...] -> target/rel/key."""
+    body = s3.get_object(Bucket=uri.bucket, Key=uri.key)["Body"].read()
+    try:
+        entries: Any = json.loads(body)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"manifest {uri} is not JSON ({exc})") from exc
+    if not isinstance(entries, list) or not entries or not isinstance(entries[0], dict):
+        raise ValueError(f'manifest {uri} must be a JSON list starting with {{"prefix": "s3://..."}}')
+    prefix = S3Uri.parse(str(entries[0].get("prefix", "")))
+    for rel in entries[1:]:
+        key = prefix.join(str(rel))
+        dest = target / str(rel).strip("/")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        s3.download_file(key.bucket, key.key, str(dest))
+    return len(entries) - 1
+
+
+def upload_file(s3: S3Client, path: Path, uri: S3Uri) -> None:
+    s3.upload_file(str(path), uri.bucket, uri.key)
+
+
+def upload_tree(s3: S3Client, root: Path, uri: S3Uri) -> int:
+    count = 0
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        upload_file(s3, path, uri.join(path.relative_to(root).as_posix()))
+        count += 1
+    return count
+
+
+def tar_directory(source: Path, archive: Path) -> Path:
+    """A gzip tarball of a directory's contents (members relative to it), as SageMaker packs /opt/ml/model."""
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive, "w:gz") as tar:
+        if source.is_dir():
+            for path in sorted(source.rglob("*")):
+                tar.add(path, arcname=path.relative_to(source).as_posix(), recursive=False)
+    return archive

@@ -1,0 +1,596 @@
+"""One training job on an emulated instance: a child process of the training image under the contract.
+
+The run follows SageMaker's lifecycle: Starting -> Downloading (channels, checkpoints) -> Training ->
+Uploading (model.tar.gz, output.tar.gz) -> Completed | Failed | Stopped, with Interrupted/Restarting
+for managed spot. Checkpoints are synced to CheckpointConfig.S3Uri while the job runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from retrain.container_contract import contract
+from retrain.embedded.sagemaker.logs import (
+    TRAINING_LOG_GROUP,
+    LogsClient,
+    LogShipper,
+    MetricTracker,
+    compile_metric_definitions,
+    log_stream_name,
+)
+from retrain.embedded.sagemaker.s3io import (
+    S3Uri,
+    download_manifest,
+    download_prefix,
+    tar_directory,
+    upload_file,
+)
+from retrain.embedded.sagemaker.spot import SageMakerFaults, SpotSchedule
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+CHECKPOINT_PATTERN = re.compile(contract.CHECKPOINT_REGEX)
+POLL_SECONDS = 0.2
+HYPERPARAMETER_PREFIX_RESERVED = "sagemaker_"
+
+# Records are plain JSON dicts; an updater applies changes under the emulator's lock and persists.
+Updater = Callable[[dict[str, Any]], None]
+Transition = Callable[[str, str], None]
+
+
+@dataclass
+class JobContext:
+    """What a running job needs from the emulator."""
+
+    s3: S3Client
+    logs: LogsClient | None
+    code_dir: Path
+    fsx_root: Callable[[str, str], Path] | None
+    spot: SpotSchedule
+    faults: SageMakerFaults
+    grace_seconds: float
+
+
+@dataclass
+class JobControl:
+    """Signals between the API thread (stop, early stopping) and the job's thread."""
+
+    stop_requested: threading.Event = field(default_factory=threading.Event)
+    stop_reason: str = "Stopped"
+    on_metric: Callable[[str, float], None] | None = None
+
+
+def container_tree(job_dir: Path) -> dict[str, Path]:
+    base = job_dir / "opt" / "ml"
+    return {
+        "base": base,
+        "config": base / "input" / "config",
+        "data": base / "input" / "data",
+        "model": base / "model",
+        "output": base / "output",
+        "output_data": base / "output" / "data",
+        "checkpoints": base / "checkpoints",
+    }
+
+
+def script_args(hyperparameters: dict[str, str]) -> list[str]:
+    """Script mode: every hyperparameter as `--name value`; JSON-quoted strings (as the SageMaker SDK
+    sends them) are unquoted, the SDK's own sagemaker_* entries are not passed."""
+    args: list[str] = []
+    for name, raw in sorted(hyperparameters.items()):
+        if name.startswith(HYPERPARAMETER_PREFIX_RESERVED):
+            continue
+        value = raw
+        try:
+            decoded = json.loads(raw)
+        except json.JSONDecodeError:
+            decoded = None
+        if isinstance(decoded, str):
+            value = decoded
+        args.extend([f"--{name}", value])
+    return args
+
+
+def program_name(hyperparameters: dict[str, str]) -> str:
+    raw = hyperparameters.get("sagemaker_program", contract.PROGRAM)
+    try:
+        decoded = json.loads(raw)
+    except json.JSONDecodeError:
+        decoded = raw
+    return str(decoded)
+
+
+def rewrite_local_path(local_path: str, base: Path) -> Path:
+    """A container path under /opt/ml mapped into the job's own tree."""
+    prefix = contract.DEFAULT_BASE_DIR.rstrip("/") + "/"
+    if not local_path.startswith(prefix):
+        raise ValueError(f"{local_path!r} is not under {contract.DEFAULT_BASE_DIR}")
+    return base / local_path[len(prefix) :]
+
+
+def checkpoint_steps(root: Path, job_name: str) -> list[int]:
+    """Steps of this job's checkpoints found under a checkpoint directory."""
+    steps = []
+    for path in root.rglob(f"{contract.CHECKPOINT_PREFIX}*{contract.CHECKPOINT_SUFFIX}"):
+        match = CHECKPOINT_PATTERN.search(path.relative_to(root).as_posix())
+        if match and match.group("job") == job_name:
+            steps.append(int(match.group("step")))
+    return sorted(steps)
+
+
+class CheckpointSync:
+    """Uploads files of the local checkpoint directory once they stop changing, as SageMaker's agent
+    does while the job runs; a final sync uploads whatever is there."""
+
+    def __init__(self, s3: S3Client, local: Path, remote: S3Uri) -> None:
+        self.s3 = s3
+        self.local = local
+        self.remote = remote
+        self._seen: dict[Path, tuple[int, int]] = {}
+        self._uploaded: dict[Path, tuple[int, int]] = {}
+
+    def restore(self) -> int:
+        shutil.rmtree(self.local, ignore_errors=True)
+        self.local.mkdir(parents=True, exist_ok=True)
+        count = download_prefix(self.s3, self.remote, self.local)
+        for path in self.local.rglob("*"):
+            if path.is_file():
+                self._uploaded[path] = _signature(path)
+        return count
+
+    def stable_new_files(self) -> list[Path]:
+        """Files whose size and mtime did not change since the previous poll and are not uploaded yet."""
+        ready = []
+        for path in sorted(p for p in self.local.rglob("*") if p.is_file()):
+            try:
+                signature = _signature(path)
+            except FileNotFoundError:
+                continue
+            if path.name.startswith(".") or path.name.endswith(".tmp"):
+                continue
+            if self._seen.get(path) == signature and self._uploaded.get(path) != signature:
+                ready.append(path)
+            self._seen[path] = signature
+        return ready
+
+    def upload(self, path: Path) -> None:
+        signature = _signature(path)
+        upload_file(self.s3, path, self.remote.join(path.relative_to(self.local).as_posix()))
+        self._uploaded[path] = signature
+
+    def final(self) -> None:
+        for path in sorted(p for p in self.local.rglob("*") if p.is_file()):
+            if self._uploaded.get(path) != _signature(path):
+                self.upload(path)
+
+
+def _signature(path: Path) -> tuple[int, int]:
+    stat = path.stat()
+    return stat.st_size, stat.st_mtime_ns
+
+
+class JobFailedError(Exception):
+    """The job ends Failed with this FailureReason."""
+
+
+class JobStoppedError(Exception):
+    """The job ends Stopped with this secondary status (Stopped, MaxRuntimeExceeded, MaxWaitTimeExceeded)."""
+
+
+class TrainingRun:
+    """Runs one training job to a terminal status; `update` persists every change of the record."""
+
+    def __init__(
+        self,
+        request: dict[str, Any],
+        *,
+        job_dir: Path,
+        context: JobContext,
+        control: JobControl,
+        update: Updater,
+        transition: Transition,
+    ) -> None:
+        self.request = request
+        self.name: str = request["TrainingJobName"]
+        self.job_dir = job_dir
+        self.ctx = context
+        self.control = control
+        self.update = update
+        self.transition = transition
+        self.tree = container_tree(job_dir)
+        self.hyperparameters: dict[str, str] = dict(request.get("HyperParameters") or {})
+        algorithm = request["AlgorithmSpecification"]
+        self.tracker = MetricTracker(
+            compile_metric_definitions(algorithm.get("MetricDefinitions") or [], "CreateTrainingJob"),
+            on_value=self._on_metric,
+        )
+        stopping = request["StoppingCondition"]
+        self.max_runtime = float(stopping["MaxRuntimeInSeconds"])
+        self.spot = bool(request.get("EnableManagedSpotTraining"))
+        self.max_wait = float(stopping["MaxWaitTimeInSeconds"]) if self.spot else math.inf
+        self.interruptions_left = self.ctx.spot.interruptions_for(self.name) if self.spot else 0
+        self.kill_on_checkpoint = self.ctx.faults.kill_during_checkpoint_write(self.name)
+        self.running_seconds = 0.0
+        self.started = 0.0
+        self.interruptions: list[dict[str, Any]] = []
+        self.log_streams: list[str] = []
+        self.process: subprocess.Popen[str] | None = None
+        self.checkpoint_sync: CheckpointSync | None = None
+        self.tail: list[str] = []
+
+    def _on_metric(self, name: str, value: float) -> None:
+        if self.control.on_metric is not None:
+            self.control.on_metric(name, value)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        self.started = time.time()
+        self.update({"TrainingStartTime": self.started})
+        status, secondary, reason = "Completed", "Completed", None
+        try:
+            self.transition("Starting", "Preparing the instances for training")
+            self._prepare_tree()
+            self.transition("Downloading", "Downloading input data")
+            self._download_channels()
+            self._train()
+        except JobFailedError as exc:
+            status, secondary, reason = "Failed", "Failed", str(exc)
+        except JobStoppedError as exc:
+            status, secondary = "Stopped", str(exc)
+        except Exception as exc:  # the job must end Failed, never hang InProgress
+            status, secondary, reason = (
+                "Failed",
+                "Failed",
+                f"InternalServerError: {type(exc).__name__}: {exc}",
+            )
+        self._finish(status, secondary, reason)
+
+    def _finish(self, status: str, secondary: str, reason: str | None) -> None:
+        end = time.time()
+        changes: dict[str, Any] = {}
+        try:
+            if self.checkpoint_sync is not None:
+                self.checkpoint_sync.final()
+            if status != "Failed" or (
+                self.tree["output_data"].is_dir() and any(self.tree["output_data"].iterdir())
+            ):
+                self.transition("Uploading", "Uploading generated training model")
+                changes.update(self._upload_artifacts(include_model=status != "Failed"))
+        except Exception as exc:
+            if status != "Failed":
+                status, secondary = "Failed", "Failed"
+                reason = f"InternalServerError: uploading the job's artifacts failed: {exc}"
+        training_seconds = max(1, math.ceil(end - self.started))
+        running = max(1, math.ceil(self.running_seconds))
+        billable = (
+            max(1, math.ceil(self.running_seconds * self.ctx.spot.price_ratio)) if self.spot else running
+        )
+        changes.update(
+            {
+                "TrainingEndTime": end,
+                "TrainingTimeInSeconds": training_seconds,
+                "BillableTimeInSeconds": min(billable, training_seconds),
+                "FinalMetricDataList": self.tracker.final_metric_data(),
+                "Interruptions": self.interruptions,
+                "LogStreams": self.log_streams,
+            }
+        )
+        if reason is not None:
+            changes["FailureReason"] = reason[: contract.FAILURE_REASON_LIMIT]
+        self.update(changes)
+        messages = {
+            "Completed": "Training job completed",
+            "Failed": f"Training job failed: {reason}",
+            "Stopped": "Training job stopped",
+            "MaxRuntimeExceeded": "Training job stopped: MaxRuntimeInSeconds exceeded",
+            "MaxWaitTimeExceeded": "Training job stopped: MaxWaitTimeInSeconds exceeded",
+        }
+        self.transition(secondary, messages.get(secondary, secondary))
+        self.update({"TrainingJobStatus": status})
+
+    def _prepare_tree(self) -> None:
+        shutil.rmtree(self.tree["base"], ignore_errors=True)
+        for key in ("config", "data", "model", "output_data", "checkpoints"):
+            self.tree[key].mkdir(parents=True, exist_ok=True)
+        config = self.tree["config"]
+        (config / "hyperparameters.json").write_text(json.dumps(self.hyperparameters), encoding="utf-8")
+        channels = {c["ChannelName"]: c for c in self.request.get("InputDataConfig") or []}
+        (config / "inputdataconfig.json").write_text(json.dumps(channels, default=str), encoding="utf-8")
+        resource = {"current_host": contract.DEFAULT_HOST, "hosts": [contract.DEFAULT_HOST]}
+        (config / "resourceconfig.json").write_text(json.dumps(resource), encoding="utf-8")
+        checkpoint = self.request.get("CheckpointConfig")
+        if checkpoint:
+            local = rewrite_local_path(checkpoint.get("LocalPath", "/opt/ml/checkpoints"), self.tree["base"])
+            self.tree["checkpoints"] = local
+            self.checkpoint_sync = CheckpointSync(self.ctx.s3, local, S3Uri.parse(checkpoint["S3Uri"]))
+
+    def _download_channels(self) -> None:
+        for channel in self.request.get("InputDataConfig") or []:
+            name = channel["ChannelName"]
+            target = self.tree["data"] / name
+            source = channel["DataSource"]
+            try:
+                if "FileSystemDataSource" in source:
+                    fsx = source["FileSystemDataSource"]
+                    if self.ctx.fsx_root is None:
+                        raise JobFailedError(
+                            f"ClientError: channel {name!r} uses FileSystemDataSource but no file system "
+                            "is mounted in this runtime"
+                        )
+                    mounted = self.ctx.fsx_root(fsx["FileSystemId"], fsx["DirectoryPath"])
+                    if not mounted.is_dir():
+                        raise JobFailedError(
+                            f"ClientError: channel {name!r}: {fsx['DirectoryPath']} does not exist on file "
+                            f"system {fsx['FileSystemId']}"
+                        )
+                    target.symlink_to(mounted, target_is_directory=True)
+                    continue
+                s3 = source["S3DataSource"]
+                uri = S3Uri.parse(s3["S3Uri"])
+                target.mkdir(parents=True, exist_ok=True)
+                if s3.get("S3DataType", "S3Prefix") == "ManifestFile":
+                    count = download_manifest(self.ctx.s3, uri, target)
+                else:
+                    count = download_prefix(self.ctx.s3, uri, target)
+                if count == 0:
+                    raise JobFailedError(
+                        "ClientError: Data download failed:No S3 objects found under S3 URL "
+                        f'"{uri}" given in input data source. Please ensure that the bucket exists in '
+                        f"the selected region (channel {name!r})."
+                    )
+            except JobFailedError:
+                raise
+            except Exception as exc:
+                reason = f"ClientError: Data download failed for channel {name!r}: {exc}"
+                raise JobFailedError(reason) from exc
+
+    # -- attempts ----------------------------------------------------------------------------------
+
+    def _train(self) -> None:
+        attempt = 0
+        while True:
+            attempt += 1
+            resumed_step = self._restore_checkpoints()
+            if attempt == 1:
+                self.transition("Training", "Training image download completed. Training in progress.")
+            else:
+                self.transition(
+                    "Training",
+                    f"Restarted from checkpoints in S3 (attempt {attempt}); newest checkpoint step "
+                    f"{resumed_step if resumed_step is not None else 'none'}",
+                )
+            outcome = self._attempt(attempt, resumed_step)
+            if outcome == "done":
+                return
+            self._wait_for_capacity(attempt)
+
+    def _restore_checkpoints(self) -> int | None:
+        if self.checkpoint_sync is None:
+            return None
+        self.checkpoint_sync.restore()
+        steps = checkpoint_steps(self.checkpoint_sync.local, self.name)
+        return steps[-1] if steps else None
+
+    def _environment(self) -> dict[str, str]:
+        channels = sorted(c["ChannelName"] for c in self.request.get("InputDataConfig") or [])
+        env = dict(os.environ)
+        env.update(
+            {
+                contract.BASE_DIR_ENV: str(self.tree["base"]),
+                contract.MODEL_DIR_ENV: str(self.tree["model"]),
+                contract.OUTPUT_DATA_DIR_ENV: str(self.tree["output_data"]),
+                contract.HOSTS_ENV: json.dumps([contract.DEFAULT_HOST]),
+                contract.CURRENT_HOST_ENV: contract.DEFAULT_HOST,
+                contract.JOB_NAME_ENV: self.name,
+                contract.PROGRAM_ENV: program_name(self.hyperparameters),
+                "SM_CHANNELS": json.dumps(channels),
+                "SM_HPS": json.dumps(self.hyperparameters),
+                "SM_USER_ARGS": json.dumps(script_args(self.hyperparameters)),
+                "SM_NUM_GPUS": "0",
+                "SM_NUM_CPUS": str(os.cpu_count() or 1),
+                "SM_INPUT_DIR": str(self.tree["base"] / "input"),
+                "SM_INPUT_CONFIG_DIR": str(self.tree["config"]),
+                "SM_OUTPUT_DIR": str(self.tree["output"]),
+                "SM_MODULE_DIR": str(self.ctx.code_dir),
+                "PYTHONUNBUFFERED": "1",
+                "PYTHONPATH": os.pathsep.join(
+                    p for p in (str(self.ctx.code_dir), env.get("PYTHONPATH", "")) if p
+                ),
+            }
+        )
+        for channel in channels:
+            env[contract.CHANNEL_ENV_PREFIX + channel.upper()] = str(self.tree["data"] / channel)
+        env.update(self.request.get("Environment") or {})
+        return env
+
+    def _attempt(self, attempt: int, resumed_step: int | None) -> str:
+        """Runs the container once; 'done' when it exited on its own, 'interrupted' for a spot restart."""
+        program = self.ctx.code_dir / program_name(self.hyperparameters)
+        if not program.is_file():
+            raise JobFailedError(
+                f"AlgorithmError: the training image has no program {program.name} in {self.ctx.code_dir}"
+            )
+        (self.tree["output"] / contract.FAILURE_FILE).unlink(missing_ok=True)
+        start = time.time()
+        stream = log_stream_name(self.name, contract.DEFAULT_HOST, start)
+        if stream in self.log_streams:
+            stream = f"{stream}-{attempt}"
+        self.log_streams.append(stream)
+        self.update({"LogStreams": self.log_streams})
+        shipper = LogShipper(
+            self.ctx.logs, TRAINING_LOG_GROUP, stream, self.job_dir / "logs" / f"attempt-{attempt}.log"
+        )
+        if resumed_step is not None:
+            shipper.write(f"[retrain emulator] restored checkpoints from S3; newest step {resumed_step}")
+        process = subprocess.Popen(
+            [sys.executable, "-u", str(program), *script_args(self.hyperparameters)],
+            cwd=self.ctx.code_dir,
+            env=self._environment(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
+        )
+        self.process = process
+        reader = threading.Thread(target=self._read_output, args=(process, shipper), daemon=True)
+        reader.start()
+        new_checkpoints = 0
+        interrupt: str | None = None
+        stop: str | None = None
+        try:
+            while process.poll() is None:
+                time.sleep(POLL_SECONDS)
+                elapsed = time.time() - start
+                if self.checkpoint_sync is not None:
+                    for path in self.checkpoint_sync.stable_new_files():
+                        is_checkpoint = CHECKPOINT_PATTERN.search(path.as_posix()) is not None
+                        if is_checkpoint and self.kill_on_checkpoint:
+                            self.kill_on_checkpoint = False
+                            interrupt = self._kill_during_write(process, path, shipper)
+                            break
+                        self.checkpoint_sync.upload(path)
+                        new_checkpoints += int(is_checkpoint)
+                    if interrupt:
+                        break
+                if self.control.stop_requested.is_set():
+                    stop = self.control.stop_reason
+                elif self.running_seconds + elapsed > self.max_runtime:
+                    stop = "MaxRuntimeExceeded"
+                elif time.time() - self.started > self.max_wait:
+                    stop = "MaxWaitTimeExceeded"
+                elif self.interruptions_left > 0 and self._spot_due(new_checkpoints, elapsed):
+                    interrupt = "spot"
+                if stop is not None:
+                    self.transition("Stopping", f"Stopping the training job ({stop})")
+                    self._terminate(process)
+                    break
+                if interrupt is not None:
+                    self._terminate(process)
+                    break
+        finally:
+            if process.poll() is None:
+                self._terminate(process)
+            reader.join(timeout=30)
+            self.running_seconds += time.time() - start
+            shipper.flush()
+            self.process = None
+        if stop is not None:
+            raise JobStoppedError(stop)
+        if interrupt is not None:
+            if self.checkpoint_sync is not None:
+                self.checkpoint_sync.final()
+            self._record_interruption(attempt, interrupt, shipper)
+            return "interrupted"
+        if process.returncode != 0:
+            raise JobFailedError(self._failure_reason(process.returncode))
+        return "done"
+
+    def _spot_due(self, new_checkpoints: int, elapsed: float) -> bool:
+        by_checkpoints = (
+            self.ctx.spot.after_checkpoints is not None and new_checkpoints >= self.ctx.spot.after_checkpoints
+        )
+        by_time = self.ctx.spot.after_seconds is not None and elapsed >= self.ctx.spot.after_seconds
+        return by_checkpoints or by_time
+
+    def _kill_during_write(self, process: subprocess.Popen[str], path: Path, shipper: LogShipper) -> str:
+        """Injected fault: the instance dies while it writes `path`; the torn file is what S3 gets."""
+        _signal_group(process, signal.SIGKILL)
+        process.wait()
+        size = path.stat().st_size
+        with path.open("r+b") as handle:
+            handle.truncate(size // 2)
+        shipper.write(f"[retrain emulator] injected fault: instance lost while writing {path.name}")
+        if not self.spot:
+            raise JobFailedError(
+                f"InternalServerError: the training instance was lost while it wrote checkpoint {path.name} "
+                "(injected fault)"
+            )
+        return "checkpoint-write"
+
+    def _terminate(self, process: subprocess.Popen[str]) -> None:
+        """SIGTERM, then SIGKILL after the grace period, as SageMaker stops a container."""
+        _signal_group(process, signal.SIGTERM)
+        try:
+            process.wait(timeout=self.ctx.grace_seconds)
+        except subprocess.TimeoutExpired:
+            _signal_group(process, signal.SIGKILL)
+            process.wait()
+
+    def _record_interruption(self, attempt: int, cause: str, shipper: LogShipper) -> None:
+        steps = checkpoint_steps(self.checkpoint_sync.local, self.name) if self.checkpoint_sync else []
+        newest = steps[-1] if steps else None
+        if cause == "spot":
+            self.interruptions_left -= 1
+        self.interruptions.append(
+            {"Attempt": attempt, "Time": time.time(), "Cause": cause, "NewestCheckpointStep": newest}
+        )
+        self.update({"Interruptions": self.interruptions})
+        message = (
+            f"Spot capacity reclaimed (interruption {len(self.interruptions)}, {cause}); newest checkpoint "
+            f"in S3 is step {newest if newest is not None else 'none'}"
+        )
+        shipper.write(f"[retrain emulator] {message}")
+        shipper.flush()
+        self.transition("Interrupted", message)
+
+    def _wait_for_capacity(self, attempt: int) -> None:
+        deadline = time.time() + self.ctx.spot.capacity_wait_seconds
+        while time.time() < deadline:
+            if self.control.stop_requested.is_set():
+                raise JobStoppedError(self.control.stop_reason)
+            if time.time() - self.started > self.max_wait:
+                raise JobStoppedError("MaxWaitTimeExceeded")
+            time.sleep(min(POLL_SECONDS, max(0.0, deadline - time.time())))
+        self.transition("Restarting", f"Spot capacity available; restarting the job (attempt {attempt + 1})")
+
+    def _read_output(self, process: subprocess.Popen[str], shipper: LogShipper) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            shipper.write(line)
+            self.tracker.feed(line)
+            self.tail = [*self.tail[-19:], line.rstrip("\n")]
+        process.stdout.close()
+
+    def _failure_reason(self, returncode: int) -> str:
+        failure = self.tree["output"] / contract.FAILURE_FILE
+        if failure.is_file():
+            text = " ".join(failure.read_text(encoding="utf-8", errors="replace").split())
+            if text:
+                return f"AlgorithmError: {text}"
+        last = next((line for line in reversed(self.tail) if line.strip()), "")
+        return f"AlgorithmError: ExecuteUserScriptError: exit code {returncode}; last log line: {last}"
+
+    def _upload_artifacts(self, *, include_model: bool) -> dict[str, Any]:
+        output = S3Uri.parse(self.request["OutputDataConfig"]["S3OutputPath"]).join(self.name, "output")
+        changes: dict[str, Any] = {}
+        staging = self.job_dir / "artifacts"
+        if include_model:
+            archive = tar_directory(self.tree["model"], staging / "model.tar.gz")
+            target = output.join("model.tar.gz")
+            upload_file(self.ctx.s3, archive, target)
+            changes["ModelArtifacts"] = {"S3ModelArtifacts": str(target)}
+        archive = tar_directory(self.tree["output_data"], staging / "output.tar.gz")
+        upload_file(self.ctx.s3, archive, output.join("output.tar.gz"))
+        return changes
+
+
+def _signal_group(process: subprocess.Popen[str], sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, sig)

@@ -1,0 +1,119 @@
+"""Fixtures for the SageMaker emulator: moto-backed S3 and CloudWatch Logs, a code directory with the
+stand-in programs beside the real contract, and an emulator factory that stops its jobs afterwards."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from retrain.embedded.sagemaker import SageMakerEmulator
+
+BUCKET = "retrain-emulator-tests"
+ROLE = "arn:aws:iam::123456789012:role/retrain-training"
+PROGRAMS = Path(__file__).resolve().parent / "programs"
+REPO = Path(__file__).resolve().parents[4]
+
+
+@pytest.fixture
+def aws() -> Iterator[dict[str, Any]]:
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        logs = boto3.client("logs", region_name="us-east-1")
+        s3.create_bucket(Bucket=BUCKET)
+        yield {"s3": s3, "logs": logs}
+
+
+@pytest.fixture
+def code_dir(tmp_path: Path) -> Path:
+    target = tmp_path / "code"
+    target.mkdir()
+    for program in PROGRAMS.glob("*.py"):
+        shutil.copy(program, target / program.name)
+    shutil.copy(REPO / "training_image" / "contract.py", target / "contract.py")
+    return target
+
+
+@pytest.fixture
+def make_emulator(
+    aws: dict[str, Any], code_dir: Path, tmp_path: Path
+) -> Iterator[Callable[..., SageMakerEmulator]]:
+    made: list[SageMakerEmulator] = []
+
+    def make(**kwargs: Any) -> SageMakerEmulator:
+        kwargs.setdefault("code_dir", code_dir)
+        kwargs.setdefault("grace_seconds", 3.0)
+        emulator = SageMakerEmulator(
+            kwargs.pop("workdir", tmp_path / "sagemaker"),
+            s3_client=aws["s3"],
+            logs_client=aws["logs"],
+            **kwargs,
+        )
+        made.append(emulator)
+        return emulator
+
+    yield make
+    for emulator in made:
+        emulator.close(timeout=30)
+
+
+def put_images(s3: Any, prefix: str, labels: tuple[str, ...] = ("cat", "dog"), per_label: int = 2) -> None:
+    for label in labels:
+        for index in range(per_label):
+            s3.put_object(Bucket=BUCKET, Key=f"{prefix}/{label}/{index}.png", Body=b"png")
+
+
+def training_request(name: str, **overrides: Any) -> dict[str, Any]:
+    request: dict[str, Any] = {
+        "TrainingJobName": name,
+        "AlgorithmSpecification": {
+            "TrainingImage": "123456789012.dkr.ecr.us-east-1.amazonaws.com/retrain-training:latest",
+            "TrainingInputMode": "File",
+            "MetricDefinitions": [
+                {"Name": "val-accuracy", "Regex": r"(?:^|\s)val-accuracy: ([-+]?[0-9]*\.?[0-9]+)"},
+                {"Name": "train-loss", "Regex": r"(?:^|\s)train-loss: ([-+]?[0-9]*\.?[0-9]+)"},
+            ],
+        },
+        "RoleArn": ROLE,
+        "HyperParameters": {"epochs": "2", "steps-per-epoch": "4", "lr": "0.05"},
+        "InputDataConfig": [
+            {
+                "ChannelName": "train",
+                "DataSource": {
+                    "S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": f"s3://{BUCKET}/data/train"}
+                },
+            }
+        ],
+        "OutputDataConfig": {"S3OutputPath": f"s3://{BUCKET}/output"},
+        "ResourceConfig": {"InstanceType": "ml.m5.large", "InstanceCount": 1, "VolumeSizeInGB": 5},
+        "StoppingCondition": {"MaxRuntimeInSeconds": 600},
+    }
+    request.update(overrides)
+    return request
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 60.0, what: str = "condition") -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def wait_training(emulator: SageMakerEmulator, name: str, timeout: float = 60.0) -> dict[str, Any]:
+    wait_until(
+        lambda: (
+            emulator.describe_training_job(TrainingJobName=name)["TrainingJobStatus"]
+            in ("Completed", "Failed", "Stopped")
+        ),
+        timeout,
+        f"training job {name}",
+    )
+    return emulator.describe_training_job(TrainingJobName=name)
