@@ -1,0 +1,99 @@
+"""Object-created notices in the shapes that reach the ingest queue, reduced to one plain record.
+
+Two shapes arrive as SQS bodies: an EventBridge event (detail-type "Object Created"; keys are not
+URL-encoded) and a direct S3 notification (Records[]; keys are URL-encoded, `+` for space). The
+`s3:TestEvent` S3 sends when a notification is configured carries no object and yields nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote_plus
+
+SEQUENCER_WIDTH = 64
+
+
+class UnreadableNoticeError(ValueError):
+    """The body is not an S3 or EventBridge object-created notice."""
+
+
+@dataclass(frozen=True)
+class ObjectCreated:
+    bucket: str
+    key: str
+    size: int
+    etag: str
+    version_id: str
+    sequencer: str  # normalized: upper-case hex, right-padded with zeros, comparable as strings
+    event_time: str
+
+
+def normalize_sequencer(sequencer: str) -> str:
+    """S3 sequencers of one key order its events once the shorter is right-padded with zeros."""
+    value = sequencer.strip().upper()
+    if not value or any(c not in "0123456789ABCDEF" for c in value) or len(value) > SEQUENCER_WIDTH:
+        raise UnreadableNoticeError(f"sequencer {sequencer!r} is not a hexadecimal S3 sequencer")
+    return value.ljust(SEQUENCER_WIDTH, "0")
+
+
+def _from_eventbridge(event: dict[str, Any]) -> list[ObjectCreated]:
+    if event.get("detail-type") != "Object Created":
+        return []
+    detail = event.get("detail") or {}
+    obj = detail.get("object") or {}
+    return [
+        ObjectCreated(
+            bucket=str((detail.get("bucket") or {}).get("name", "")),
+            key=str(obj["key"]),
+            size=int(obj.get("size", 0)),
+            etag=str(obj.get("etag", "")),
+            version_id=str(obj.get("version-id", "") or ""),
+            sequencer=normalize_sequencer(str(obj.get("sequencer", "0"))),
+            event_time=str(event.get("time", "")),
+        )
+    ]
+
+
+def _from_notification(body: dict[str, Any]) -> list[ObjectCreated]:
+    created = []
+    for record in body.get("Records") or []:
+        if not str(record.get("eventName", "")).startswith("ObjectCreated:"):
+            continue
+        s3 = record["s3"]
+        obj = s3["object"]
+        created.append(
+            ObjectCreated(
+                bucket=str(s3["bucket"]["name"]),
+                key=unquote_plus(str(obj["key"])),
+                size=int(obj.get("size", 0)),
+                etag=str(obj.get("eTag", "")),
+                version_id=str(obj.get("versionId", "") or ""),
+                sequencer=normalize_sequencer(str(obj.get("sequencer", "0"))),
+                event_time=str(record.get("eventTime", "")),
+            )
+        )
+    return created
+
+
+def parse_body(body: str) -> list[ObjectCreated]:
+    """The object-created notices in one SQS message body ([] for a test event or another event)."""
+    try:
+        document = json.loads(body)
+    except json.JSONDecodeError as error:
+        raise UnreadableNoticeError(f"the message body is not JSON ({error.msg})") from None
+    if not isinstance(document, dict):
+        raise UnreadableNoticeError("the message body is JSON but not an object")
+    if document.get("Event") == "s3:TestEvent":
+        return []
+    try:
+        if "detail-type" in document:
+            return _from_eventbridge(document)
+        if "Records" in document:
+            return _from_notification(document)
+    except (KeyError, TypeError, ValueError) as error:
+        if isinstance(error, UnreadableNoticeError):
+            raise
+        raise UnreadableNoticeError(f"the notice lacks a field or has a wrong type: {error!r}") from None
+    raise UnreadableNoticeError("the body is neither an EventBridge event nor an S3 notification")

@@ -1,0 +1,155 @@
+"""moto-backed AWS for the control-plane tests: the resources the template makes, and event builders."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+from moto import mock_aws
+
+from controller import names
+
+
+@dataclass
+class Aws:
+    """Clients on one moto account, and the names of the resources the stack would hold."""
+
+    s3: Any
+    dynamodb: Any
+    sfn: Any
+    sagemaker: Any
+    sns: Any
+    data_bucket: str = "retrain-data"
+    artifact_bucket: str = "retrain-artifacts"
+    ledger_table: str = "retrain-ledger"
+    runs_table: str = "retrain-runs"
+    datasets_table: str = "retrain-datasets"
+    state_machine_arn: str = ""
+    topic_arn: str = ""
+
+
+def create_tables(dynamodb: Any, aws: Aws) -> None:
+    dynamodb.create_table(
+        TableName=aws.ledger_table,
+        BillingMode="PAY_PER_REQUEST",
+        AttributeDefinitions=[
+            {"AttributeName": names.LEDGER_PK, "AttributeType": "S"},
+            {"AttributeName": names.LEDGER_SK, "AttributeType": "S"},
+            {"AttributeName": names.LEDGER_PENDING_PK, "AttributeType": "S"},
+            {"AttributeName": names.LEDGER_PENDING_SK, "AttributeType": "S"},
+        ],
+        KeySchema=[
+            {"AttributeName": names.LEDGER_PK, "KeyType": "HASH"},
+            {"AttributeName": names.LEDGER_SK, "KeyType": "RANGE"},
+        ],
+        GlobalSecondaryIndexes=[
+            {
+                "IndexName": names.LEDGER_PENDING_INDEX,
+                "KeySchema": [
+                    {"AttributeName": names.LEDGER_PENDING_PK, "KeyType": "HASH"},
+                    {"AttributeName": names.LEDGER_PENDING_SK, "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "KEYS_ONLY"},
+            }
+        ],
+    )
+    dynamodb.create_table(
+        TableName=aws.runs_table,
+        BillingMode="PAY_PER_REQUEST",
+        AttributeDefinitions=[
+            {"AttributeName": names.RUNS_PK, "AttributeType": "S"},
+            {"AttributeName": names.RUNS_SK, "AttributeType": "S"},
+        ],
+        KeySchema=[
+            {"AttributeName": names.RUNS_PK, "KeyType": "HASH"},
+            {"AttributeName": names.RUNS_SK, "KeyType": "RANGE"},
+        ],
+    )
+    dynamodb.create_table(
+        TableName=aws.datasets_table,
+        BillingMode="PAY_PER_REQUEST",
+        AttributeDefinitions=[{"AttributeName": names.DATASETS_PK, "AttributeType": "S"}],
+        KeySchema=[{"AttributeName": names.DATASETS_PK, "KeyType": "HASH"}],
+    )
+
+
+def moto_aws() -> Iterator[Aws]:
+    """Start moto and make the resources; yields the clients."""
+    with mock_aws():
+        region = "us-east-1"
+        aws = Aws(
+            s3=boto3.client("s3", region_name=region),
+            dynamodb=boto3.client("dynamodb", region_name=region),
+            sfn=boto3.client("stepfunctions", region_name=region),
+            sagemaker=boto3.client("sagemaker", region_name=region),
+            sns=boto3.client("sns", region_name=region),
+        )
+        aws.s3.create_bucket(Bucket=aws.data_bucket)
+        aws.s3.create_bucket(Bucket=aws.artifact_bucket)
+        create_tables(aws.dynamodb, aws)
+        aws.topic_arn = aws.sns.create_topic(Name="retrain-notifications")["TopicArn"]
+        role = boto3.client("iam", region_name=region).create_role(
+            RoleName="retrain-states", AssumeRolePolicyDocument="{}"
+        )["Role"]["Arn"]
+        aws.state_machine_arn = aws.sfn.create_state_machine(
+            name="retrain-training",
+            definition='{"StartAt": "Done", "States": {"Done": {"Type": "Succeed"}}}',
+            roleArn=role,
+        )["stateMachineArn"]
+        yield aws
+
+
+def make_config(aws: Aws, **policy: int) -> Any:
+    from controller.config import Config, DispatchPolicy
+
+    return Config(
+        data_bucket=aws.data_bucket,
+        artifact_bucket=aws.artifact_bucket,
+        ledger_table=aws.ledger_table,
+        runs_table=aws.runs_table,
+        datasets_table=aws.datasets_table,
+        state_machine_arn=aws.state_machine_arn,
+        topic_arn=aws.topic_arn,
+        sagemaker_role_arn="arn:aws:iam::123456789012:role/retrain-sagemaker",
+        policy=DispatchPolicy(**policy) if policy else DispatchPolicy(),
+    )
+
+
+def sqs_event(bodies: list[str]) -> dict[str, Any]:
+    """An SQS event as Lambda receives it, one record per body."""
+    return {
+        "Records": [
+            {
+                "messageId": f"m-{i}",
+                "receiptHandle": f"r-{i}",
+                "body": body,
+                "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1767261600000"},
+                "messageAttributes": {},
+                "md5OfBody": "",
+                "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:retrain-ingest",
+                "awsRegion": "us-east-1",
+            }
+            for i, body in enumerate(bodies)
+        ]
+    }
+
+
+def object_created(
+    events_dir: Any,
+    key: str,
+    *,
+    size: int = 2048,
+    sequencer: str = "0062E99A88DC407460",
+    time: str = "2026-01-01T10:00:00Z",
+    etag: str = "d41d8cd98f00b204e9800998ecf8427e",
+) -> str:
+    """The EventBridge fixture with one object's fields replaced, as an SQS body."""
+    import json
+
+    event = json.loads((events_dir / "eventbridge_object_created.json").read_text())
+    event["time"] = time
+    event["detail"]["object"].update({"key": key, "size": size, "sequencer": sequencer, "etag": etag})
+    return json.dumps(event)

@@ -1,0 +1,187 @@
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import pytest
+
+from controller import ingest, ledger, names
+from controller.runs import deserialize
+from tests.unit.functions.support import object_created, sqs_event
+
+
+def _rows(aws, dataset):
+    return list(ledger.rows(dataset, table_name=aws.ledger_table, client=aws.dynamodb))
+
+
+def _ingest(aws, config, bodies, **kwargs):
+    return ingest.ingest(sqs_event(bodies), config=config, dynamodb=aws.dynamodb, **kwargs)
+
+
+def test_an_eventbridge_notice_records_a_pending_row(aws, config, events_dir):
+    # GIVEN the EventBridge event of one upload (keys are not URL-encoded there)
+    body = (events_dir / "eventbridge_object_created.json").read_text()
+    # WHEN the ingest function processes it
+    response = _ingest(aws, config, [body])
+    # THEN the batch succeeds and the ledger holds one pending row with the object's identity
+    assert response == {"batchItemFailures": []}
+    [row] = _rows(aws, "flowers")
+    assert row["key"] == "data/flowers/daisy/photo 1.jpg"
+    assert (row["state"], row["label"], row["size"], row["version_id"]) == ("pending", "daisy", 2048, "v1")
+    assert row[names.LEDGER_PENDING_PK] == "flowers"
+
+
+def test_a_direct_s3_notification_key_is_url_decoded(aws, config, events_dir):
+    # GIVEN an S3 notification whose key is URL-encoded ('/' as %2F, space as '+', UTF-8 escapes)
+    body = (events_dir / "s3_notification_object_created.json").read_text()
+    # WHEN ingested
+    _ingest(aws, config, [body])
+    # THEN the row is keyed by the real object key
+    [row] = _rows(aws, "flowers")
+    assert row["key"] == "data/flowers/daisy/my photoé.jpg"
+    assert row["etag"] == "0123456789abcdef0123456789abcdef"
+
+
+def test_test_events_and_unreadable_bodies_do_not_fail_the_batch(aws, config, events_dir):
+    # GIVEN a batch with S3's test event, a non-JSON body, JSON of another shape and one good notice
+    bodies = [
+        (events_dir / "s3_test_event.json").read_text(),
+        "not json {",
+        json.dumps({"hello": "world"}),
+        object_created(events_dir, "data/flowers/tulip/a.png"),
+    ]
+    # WHEN ingested
+    response = _ingest(aws, config, bodies)
+    # THEN no message fails and only the good notice is recorded
+    assert response == {"batchItemFailures": []}
+    assert [row["key"] for row in _rows(aws, "flowers")] == ["data/flowers/tulip/a.png"]
+
+
+def test_bad_uploads_are_recorded_as_rejected_with_reasons_and_left_in_place(aws, config, events_dir):
+    # GIVEN uploads that break the layout, the extension, the label rules and the size limits
+    bad = {
+        "data/flowers/daisy/notes.txt": (10, "extension"),
+        "data/flowers/da isy/a.jpg": (10, "label"),
+        "data/flowers/daisy/empty.jpg": (0, "empty"),
+        "data/flowers/daisy/huge.jpg": (names.MAX_IMAGE_BYTES + 1, "limit"),
+        "data/flowers/a.jpg": (10, "levels"),
+        "data/flowers/daisy/": (0, "folder"),
+    }
+    for key, (size, _) in bad.items():
+        aws.s3.put_object(Bucket=aws.data_bucket, Key=key, Body=b"x" * min(size, 10))
+    bodies = [object_created(events_dir, key, size=size) for key, (size, _) in bad.items()]
+    # WHEN ingested
+    response = _ingest(aws, config, bodies)
+    # THEN the batch succeeds, each is rejected with a reason naming the problem, and no object is gone
+    assert response == {"batchItemFailures": []}
+    rows = {row["key"]: row for row in _rows(aws, "flowers")}
+    assert set(rows) == set(bad)
+    for key, (_, word) in bad.items():
+        assert rows[key]["state"] == "rejected"
+        assert word in rows[key]["reason"], (key, rows[key]["reason"])
+        assert names.LEDGER_PENDING_PK not in rows[key]
+    stored = {o["Key"] for o in aws.s3.list_objects_v2(Bucket=aws.data_bucket)["Contents"]}
+    assert stored == set(bad)
+
+
+def test_a_key_with_an_unusable_dataset_is_rejected_under_a_placeholder_partition(aws, config, events_dir):
+    # GIVEN an upload outside data/ and one whose data set name has a space
+    bodies = [object_created(events_dir, "uploads/x.jpg"), object_created(events_dir, "data/my set/a/b.jpg")]
+    # WHEN ingested
+    _ingest(aws, config, bodies)
+    # THEN both are rejected rows under the placeholder data set, with reasons
+    rows = {row["key"]: row for row in _rows(aws, "-")}
+    assert "outside data/" in rows["uploads/x.jpg"]["reason"]
+    assert "data set" in rows["data/my set/a/b.jpg"]["reason"]
+
+
+def test_an_older_notice_arriving_late_does_not_overwrite_a_newer_one(aws, config, events_dir):
+    # GIVEN the newer upload of a key is delivered first, then the older one
+    key = "data/flowers/daisy/a.jpg"
+    newer = object_created(events_dir, key, sequencer="0062E99A88DC407470", etag="new")
+    older = object_created(events_dir, key, sequencer="0062E99A88DC40746", etag="old")
+    # WHEN both are ingested in that order
+    _ingest(aws, config, [newer])
+    _ingest(aws, config, [older])
+    # THEN the row holds the newer object (sequencers compare after right-padding)
+    [row] = _rows(aws, "flowers")
+    assert row["etag"] == "new"
+
+
+def test_a_re_upload_of_a_key_makes_its_row_pending_again(aws, config, events_dir):
+    # GIVEN a row already marked trained
+    key = "data/flowers/daisy/a.jpg"
+    _ingest(aws, config, [object_created(events_dir, key, sequencer="0A")])
+    [row] = _rows(aws, "flowers")
+    assert ledger.mark_trained(
+        "flowers", key, row["sequencer"], "flowers-00001", table_name=aws.ledger_table, client=aws.dynamodb
+    )
+    # WHEN the user uploads a new version of the same key
+    _ingest(aws, config, [object_created(events_dir, key, sequencer="0B", etag="v2")])
+    # THEN the row is pending again, for the next run
+    [row] = _rows(aws, "flowers")
+    assert (row["state"], row["etag"]) == ("pending", "v2")
+
+
+def test_a_failed_write_fails_only_that_message(aws, config, events_dir):
+    # GIVEN a batch where one notice carries a key longer than DynamoDB's 1,024-byte sort key limit
+    bodies = [
+        object_created(events_dir, "data/flowers/daisy/" + "a" * 1100 + ".jpg"),
+        object_created(events_dir, "data/flowers/daisy/ok.jpg"),
+    ]
+    # WHEN ingested
+    response = _ingest(aws, config, bodies)
+    # THEN only that message is reported for retry, and the other is recorded
+    assert response == {"batchItemFailures": [{"itemIdentifier": "m-0"}]}
+    assert [row["key"] for row in _rows(aws, "flowers")] == ["data/flowers/daisy/ok.jpg"]
+
+
+def test_one_thousand_duplicate_deliveries_make_one_row_and_one_run(aws, config, events_dir):
+    # GIVEN the same notice delivered 1,000 times, in batches of 10 as SQS delivers them
+    body = object_created(events_dir, "data/flowers/daisy/a.jpg")
+    # WHEN every batch is ingested and the dispatcher then runs after the quiet period, twice
+    for _ in range(100):
+        assert _ingest(aws, config, [body] * 10) == {"batchItemFailures": []}
+    later = datetime(2026, 1, 1, 11, tzinfo=UTC)
+    from controller import dispatch
+
+    first = dispatch.dispatch_all(now=later, config=config, dynamodb=aws.dynamodb, sfn=aws.sfn)
+    second = dispatch.dispatch_all(now=later, config=config, dynamodb=aws.dynamodb, sfn=aws.sfn)
+    # THEN the ledger has one row and exactly one execution was started
+    assert len(_rows(aws, "flowers")) == 1
+    assert [o.action for o in first] == ["started"] and [o.action for o in second] == ["busy"]
+    assert len(aws.sfn.list_executions(stateMachineArn=aws.state_machine_arn)["executions"]) == 1
+
+
+@pytest.mark.slow  # ~10,000 conditional puts through moto: about a minute on 2 cores
+def test_a_burst_of_ten_thousand_uploads_makes_ten_thousand_rows_and_one_run(aws, config, events_dir):
+    # GIVEN 10,000 distinct uploads of one data set within a minute
+    template = json.loads(object_created(events_dir, "data/flowers/daisy/x.jpg"))
+    bodies = []
+    for i in range(10_000):
+        template["detail"]["object"]["key"] = f"data/flowers/label{i % 5}/img{i:05d}.jpg"
+        template["time"] = f"2026-01-01T10:00:{i % 60:02d}Z"
+        bodies.append(json.dumps(template))
+    # WHEN they are ingested (in large batches, straight through the handler function), and the
+    # dispatcher runs both during the burst and after it
+    during = datetime(2026, 1, 1, 10, 0, 30, tzinfo=UTC)
+    for start in range(0, len(bodies), 1000):
+        _ingest(aws, config, bodies[start : start + 1000], sfn=aws.sfn, now=during)
+    after = datetime(2026, 1, 1, 10, 5, tzinfo=UTC)
+    outcomes = [dispatch_all(aws, config, after) for _ in range(3)]
+    # THEN 10,000 pending rows exist, one run was started, and it counted every upload
+    stats = ledger.pending_stats("flowers", table_name=aws.ledger_table, client=aws.dynamodb)
+    assert stats.count == 10_000
+    assert [[o.action for o in round_] for round_ in outcomes] == [["started"], ["busy"], ["busy"]]
+    executions = aws.sfn.list_executions(stateMachineArn=aws.state_machine_arn)["executions"]
+    assert [e["name"] for e in executions] == ["flowers-00001"]
+    item = aws.dynamodb.get_item(
+        TableName=aws.runs_table, Key={"dataset": {"S": "flowers"}, "run_id": {"S": "flowers-00001"}}
+    )
+    assert deserialize(item["Item"])["new_images"] == 10_000
+
+
+def dispatch_all(aws, config, now):
+    from controller import dispatch
+
+    return dispatch.dispatch_all(now=now, config=config, dynamodb=aws.dynamodb, sfn=aws.sfn)
