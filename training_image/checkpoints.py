@@ -18,7 +18,7 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import torch
@@ -39,18 +39,39 @@ class CheckpointError(Exception):
     """A checkpoint file that is torn, corrupt or not ours."""
 
 
+class _HashingWriter:
+    """File-like sink for torch.save that hashes what it writes (no in-memory copy of the payload)."""
+
+    def __init__(self, handle: BinaryIO) -> None:
+        self.handle = handle
+        self.digest = hashlib.sha256()
+
+    def write(self, chunk: bytes) -> int:
+        self.digest.update(chunk)
+        return self.handle.write(chunk)
+
+    def flush(self) -> None:
+        self.handle.flush()
+
+
+def write_checkpoint(handle: BinaryIO, state: dict[str, Any]) -> None:
+    """The torch.save payload, then MAGIC and the payload's sha256."""
+    writer = _HashingWriter(handle)
+    torch.save(state, writer)  # type: ignore[arg-type]
+    handle.write(MAGIC + writer.digest.digest())
+
+
 def encode(state: dict[str, Any]) -> bytes:
     buffer = io.BytesIO()
-    torch.save(state, buffer)
-    payload = buffer.getvalue()
-    return payload + MAGIC + hashlib.sha256(payload).digest()
+    write_checkpoint(buffer, state)
+    return buffer.getvalue()
 
 
 def decode(blob: bytes, *, source: str = "checkpoint") -> dict[str, Any]:
     """Verify the trailer, then load with weights_only (the state holds only tensors and plain data)."""
     if len(blob) < TRAILER_SIZE or blob[-TRAILER_SIZE:-32] != MAGIC:
         raise CheckpointError(f"{source} has no checkpoint trailer (torn or not a retrain checkpoint)")
-    payload, digest = blob[:-TRAILER_SIZE], blob[-32:]
+    payload, digest = memoryview(blob)[:-TRAILER_SIZE], blob[-32:]
     if hashlib.sha256(payload).digest() != digest:
         raise CheckpointError(f"{source} fails its sha256 check (torn or corrupt)")
     state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
@@ -90,9 +111,8 @@ class CheckpointStore:
         self.directory.mkdir(parents=True, exist_ok=True)
         target = self.directory / contract.checkpoint_name(step)
         temp = self.directory / f"{TEMP_PREFIX}{target.name}.{os.getpid()}"
-        blob = encode(state)
         with open(temp, "wb") as handle:
-            handle.write(blob)
+            write_checkpoint(handle, state)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temp, target)

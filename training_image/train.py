@@ -133,16 +133,28 @@ def write_model(
     (paths.model_dir / contract.CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
 
 
-def main(args: argparse.Namespace, paths: contract.Paths) -> None:
+def main(
+    args: argparse.Namespace, paths: contract.Paths, interruption: checkpoints.Interruption | None = None
+) -> None:
+    """Train; `interruption` is the SIGTERM flag (installed by run() before anything slow starts)."""
     validate_args(args)
     context = distributed.setup()
     try:
-        _train(args, paths, context)
+        if interruption is None:
+            with checkpoints.Interruption() as installed:
+                _train(args, paths, context, installed)
+        else:
+            _train(args, paths, context, interruption)
     finally:
         distributed.teardown(context)
 
 
-def _train(args: argparse.Namespace, paths: contract.Paths, context: distributed.Context) -> None:
+def _train(
+    args: argparse.Namespace,
+    paths: contract.Paths,
+    context: distributed.Context,
+    interruption: checkpoints.Interruption,
+) -> None:
     device = context.device
     configure_determinism(args.seed, device)
     manifest_dir = paths.channel(contract.CHANNEL_MANIFEST)
@@ -268,7 +280,7 @@ def _train(args: argparse.Namespace, paths: contract.Paths, context: distributed
         "world_size": context.world_size,
     }
     profile = profiler.SystemProfiler(paths.profile_dir, interval_s=args.profile_interval_ms / 1000)
-    with checkpoints.Interruption() as interruption, profile if context.is_main else contextlib.nullcontext():
+    with profile if context.is_main else contextlib.nullcontext():
 
         def after_step(current: engine.Progress, data_wait_s: float, compute_s: float) -> None:
             if context.is_main:
@@ -330,10 +342,11 @@ def run(argv: Sequence[str] | None = None) -> int:
     )
     paths = contract.resolve_paths()
     try:
-        args, unknown = get_args_parser().parse_known_args(argv)
-        if unknown:
-            log.warning("ignoring unknown hyperparameters: %s", " ".join(unknown))
-        main(args, paths)
+        with checkpoints.Interruption() as interruption:
+            args, unknown = get_args_parser().parse_known_args(argv)
+            if unknown:
+                log.warning("ignoring unknown hyperparameters: %s", " ".join(unknown))
+            main(args, paths, interruption)
     except checkpoints.Interrupted as stop:
         log.warning("%s; checkpoint written, exiting with %d", stop, contract.INTERRUPTED_EXIT_CODE)
         return contract.INTERRUPTED_EXIT_CODE

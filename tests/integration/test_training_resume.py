@@ -1,0 +1,197 @@
+"""Proof of step-exact spot resume: train.py interrupted by SIGTERM at several points and restarted
+ends with weights equal, bit for bit, to an uninterrupted run's with the same seed."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import contract
+
+pytestmark = [pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+TRAIN = REPO / "training_image" / "train.py"
+JOB = "resume-proof"
+# 40 images, 8 in validation by hash at val-fraction 0.2 -> 32 train = 4 steps of 8 per epoch, 2 epochs.
+HYPERPARAMETERS = [
+    "--model",
+    "resnet18",
+    "--epochs",
+    "2",
+    "--batch-size",
+    "8",
+    "--image-size",
+    "32",
+    "--checkpoint-every-steps",
+    "3",
+    "--keep-checkpoints",
+    "2",
+    "--num-workers",
+    "0",
+    "--seed",
+    "7",
+    "--debug-hook",
+    "false",
+    "--augment-load",
+    "2",
+]
+
+
+def write_images(root: Path, per_label: int = 20) -> None:
+    rng = np.random.default_rng(0)
+    for label in ("cat", "dog"):
+        (root / label).mkdir(parents=True)
+        for i in range(per_label):
+            pixels = rng.integers(0, 256, size=(36, 44, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(root / label / f"{i:03d}.jpg")
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("data")
+    write_images(root)
+    return root
+
+
+def run_training(base: Path, data: Path, *, sigterm_on: str | None = None, delay_s: float = 0.0) -> int:
+    """Run train.py as SageMaker would; send SIGTERM once a stderr line matches `sigterm_on`."""
+    env = {
+        **os.environ,
+        contract.BASE_DIR_ENV: str(base),
+        contract.CHANNEL_ENV_PREFIX + "TRAIN": str(data),
+        contract.JOB_NAME_ENV: JOB,
+        "OMP_NUM_THREADS": "1",
+    }
+    base.mkdir(parents=True, exist_ok=True)
+    with open(base / "stdout.log", "a") as stdout:
+        process = subprocess.Popen(
+            [sys.executable, str(TRAIN), *HYPERPARAMETERS],
+            env=env,
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert process.stderr is not None
+        signalled = False
+        with open(base / "stderr.log", "a") as log:
+            for line in process.stderr:
+                log.write(line)
+                if sigterm_on and not signalled and re.search(sigterm_on, line):
+                    if delay_s:
+                        subprocess.run(["sleep", str(delay_s)], check=True)
+                    process.send_signal(signal.SIGTERM)
+                    signalled = True
+        return process.wait(timeout=300)
+
+
+def final_weights(base: Path) -> dict[str, torch.Tensor]:
+    artifact = torch.load(base / "model" / contract.MODEL_FILE, weights_only=True)
+    return artifact["state_dict"]
+
+
+def assert_bit_equal(actual: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> None:
+    assert actual.keys() == expected.keys()
+    differing = [name for name in expected if not torch.equal(actual[name], expected[name])]
+    assert differing == []
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Iterator[Path]:
+    """A job's base directory; on tmpfs where there is one, so fsync costs no disk time."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir():
+        yield tmp_path
+        return
+    directory = Path(tempfile.mkdtemp(prefix="retrain-resume-", dir=shm))
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory, dataset: Path) -> dict[str, torch.Tensor]:
+    base = tmp_path_factory.mktemp("uninterrupted")
+    assert run_training(base, dataset) == 0
+    return final_weights(base)
+
+
+def checkpoint_steps(base: Path) -> list[int]:
+    directory = base / "checkpoints" / JOB / contract.DEFAULT_HOST
+    return sorted(int(p.name[5:14]) for p in directory.glob("ckpt-*.pt"))
+
+
+@pytest.mark.parametrize(
+    ("trigger", "stopped_at"),
+    [
+        # Epochs are 4 steps; checkpoints every 3 steps and at epoch ends. SIGTERM during start-up
+        # stops after the first step, with no checkpoint yet.
+        pytest.param(r"training and \d+ validation images", {1, 2}, id="mid-epoch"),
+        # The signal lands in step 4, the last of epoch 0, before its validation.
+        pytest.param(r"checkpoint ckpt-000000003\.pt written", {4}, id="right after a checkpoint"),
+        # The write completes, then the job stops without writing step 3 twice.
+        pytest.param(r"writing checkpoint ckpt-000000003\.pt", {3}, id="during a checkpoint write"),
+    ],
+)
+def test_sigterm_then_restart_matches_uninterrupted_run(
+    trigger: str,
+    stopped_at: set[int],
+    workdir: Path,
+    dataset: Path,
+    uninterrupted: dict[str, torch.Tensor],
+) -> None:
+    # GIVEN a job interrupted by SIGTERM at the point named in the test id
+    assert run_training(workdir, dataset, sigterm_on=trigger) == contract.INTERRUPTED_EXIT_CODE
+    assert not (workdir / "model" / contract.MODEL_FILE).exists()
+    assert not (workdir / "output" / contract.FAILURE_FILE).exists()
+    assert checkpoint_steps(workdir)[-1] in stopped_at
+    # WHEN the job restarts with its checkpoints
+    assert run_training(workdir, dataset) == 0
+    # THEN its final weights equal the uninterrupted run's bit for bit
+    assert "resumed from" in (workdir / "stderr.log").read_text()
+    assert_bit_equal(final_weights(workdir), uninterrupted)
+
+
+def test_two_interruptions_in_a_row_then_restart_matches(
+    workdir: Path, dataset: Path, uninterrupted: dict[str, torch.Tensor]
+) -> None:
+    # GIVEN a job interrupted after its first checkpoint, then restarted and interrupted again
+    # while writing its step-6 checkpoint, mid-epoch 1
+    assert run_training(workdir, dataset, sigterm_on=r"checkpoint ckpt-000000003\.pt written") == 143
+    second = run_training(workdir, dataset, sigterm_on=r"writing checkpoint ckpt-000000006\.pt")
+    assert second == contract.INTERRUPTED_EXIT_CODE
+    assert checkpoint_steps(workdir)[-1] == 6
+    # WHEN it restarts a second time
+    assert run_training(workdir, dataset) == 0
+    # THEN it still ends where the uninterrupted run did
+    assert (workdir / "stderr.log").read_text().count("resumed from") == 2
+    assert_bit_equal(final_weights(workdir), uninterrupted)
+
+
+def test_torn_newest_checkpoint_falls_back_to_the_previous_one(
+    workdir: Path, dataset: Path, uninterrupted: dict[str, torch.Tensor]
+) -> None:
+    # GIVEN an interrupted job whose newest checkpoint was torn (cut short) on its way to storage
+    assert run_training(workdir, dataset, sigterm_on=r"checkpoint ckpt-000000004\.pt written") == 143
+    steps = checkpoint_steps(workdir)
+    assert len(steps) == 2
+    newest = workdir / "checkpoints" / JOB / contract.DEFAULT_HOST / contract.checkpoint_name(steps[-1])
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
+    # WHEN it restarts
+    assert run_training(workdir, dataset) == 0
+    # THEN it resumed from the previous checkpoint and still matches the uninterrupted run
+    log = (workdir / "stderr.log").read_text()
+    assert "is unusable" in log
+    assert f"resumed from {contract.checkpoint_name(steps[0])}" in log
+    assert_bit_equal(final_weights(workdir), uninterrupted)
