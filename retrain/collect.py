@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 
 import botocore.exceptions
 
-from controller import names, runs
+from controller import ledger, names, runs
 from retrain import job_logs
 from retrain.container_contract import contract
 from retrain.deployment import Deployment
@@ -61,19 +61,8 @@ def find_run(deployment: Deployment, run_id: str, dataset: str | None = None) ->
 
 
 def ledger_rows(deployment: Deployment, dataset: str) -> list[dict[str, Any]]:
-    dynamodb = deployment.client("dynamodb")
     table = deployment.output(names.STACK_OUTPUTS["ledger_table"])
-    rows: list[dict[str, Any]] = []
-    pages = dynamodb.get_paginator("query").paginate(
-        TableName=table,
-        KeyConditionExpression="#pk = :dataset",
-        ExpressionAttributeNames={"#pk": names.LEDGER_PK},
-        ExpressionAttributeValues=runs.serialize({":dataset": dataset}),
-        ConsistentRead=True,
-    )
-    for page in pages:
-        rows.extend(runs.deserialize(item) for item in page.get("Items", []))
-    return rows
+    return list(ledger.rows(dataset, table_name=table, client=deployment.client("dynamodb")))
 
 
 def uploads(rows: Iterable[dict[str, Any]], keys: set[str] | None = None) -> tuple[int, list[Rejected]]:

@@ -26,7 +26,7 @@ class Deployment:
     outputs: dict[str, str]
     session: boto3.session.Session
     endpoint_url: str | None = None
-    _clients: dict[str, Any] = field(default_factory=dict, repr=False)
+    clients: dict[str, Any] = field(default_factory=dict, repr=False)  # service -> client; injectable
 
     @property
     def local(self) -> bool:
@@ -34,10 +34,10 @@ class Deployment:
 
     def client(self, service: str) -> Any:
         """A cached boto3 client for `service` on this deployment's endpoint."""
-        if service not in self._clients:
+        if service not in self.clients:
             session: Any = self.session
-            self._clients[service] = session.client(service, endpoint_url=self.endpoint_url)
-        return self._clients[service]
+            self.clients[service] = session.client(service, endpoint_url=self.endpoint_url)
+        return self.clients[service]
 
     def output(self, key: str) -> str:
         try:

@@ -20,6 +20,7 @@ LOSS_PNG = "loss_curves.png"
 CHECKPOINT_PNG = "checkpoint_evaluations.png"
 CONFUSION_PNG = "confusion_matrix.png"
 UTILISATION_DIR = "utilisation"
+BOTTLENECK_MODULES = ("bottleneck_report", "bottleneck")
 
 
 def _fmt(value: float | None, digits: int = 4) -> str:
@@ -45,18 +46,34 @@ def _image(lines: list[str], path: Path | None, alt: str, missing: str) -> None:
     lines.append("")
 
 
+def _bottleneck_module() -> Any | None:
+    """The Debugger helper's report module (`training_image/bottleneck_report.py`; the name avoids the
+    PyPI package `bottleneck`)."""
+    for name in BOTTLENECK_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError:
+            continue
+        if hasattr(module, "write_report"):
+            return module
+    return None
+
+
 def utilisation_report(profile_dir: Path | None, out_dir: Path) -> Path | None:
     """The Debugger helper's per-job bottleneck report (heatmap + percentiles), when there is a profile."""
     if profile_dir is None or not profile_dir.is_dir():
         return None
-    try:
-        bottleneck: Any = importlib.import_module("bottleneck")
-    except ModuleNotFoundError:
-        log.warning("training_image/bottleneck.py is missing: no utilisation heatmap")
+    bottleneck = _bottleneck_module()
+    if bottleneck is None:
+        log.warning("training_image/bottleneck_report.py is missing: no utilisation heatmap")
         return None
     target = out_dir / UTILISATION_DIR
     target.mkdir(parents=True, exist_ok=True)
-    return Path(bottleneck.write_report(profile_dir, target))
+    try:
+        return Path(bottleneck.write_report(profile_dir, target))
+    except (OSError, ValueError, KeyError) as error:
+        log.warning("no utilisation report from %s: %s", profile_dir, error)
+        return None
 
 
 def write_report(facts: RunFacts, out_dir: Path) -> Path:

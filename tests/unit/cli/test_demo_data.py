@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+from PIL import Image
+
+from retrain.demo_data import LABELS, batches, write_digits
+
+
+def test_digits_are_written_as_jpegs_in_label_folders(tmp_path):
+    # WHEN the first 30 digits are written at 32 pixels
+    dataset = write_digits(tmp_path, size=32, limit=30)
+    # THEN each is a decodable 32x32 RGB JPEG in its label's folder
+    assert len(dataset.files) == 30
+    for path in dataset.files:
+        assert path.parent.parent == tmp_path
+        assert path.parent.name in LABELS
+        with Image.open(path) as image:
+            assert (image.format, image.size, image.mode) == ("JPEG", (32, 32), "RGB")
+    assert sum(dataset.per_label.values()) == 30
+
+
+def test_every_digit_class_is_written(tmp_path):
+    # WHEN all 1,797 digits are written (small, to keep the test quick)
+    dataset = write_digits(tmp_path, size=8)
+    # THEN all ten labels have their images
+    assert len(dataset.files) == 1797
+    assert sorted(dataset.per_label) == sorted(LABELS)
+    assert min(dataset.per_label.values()) >= 170
+
+
+def test_batches_split_evenly_and_keep_every_file():
+    # GIVEN ten files
+    files = [f"f{i}" for i in range(10)]
+    # WHEN split into three upload batches
+    split = batches(files, 3)
+    # THEN sizes differ by at most one and nothing is lost or repeated
+    assert sorted(len(b) for b in split) == [3, 3, 4]
+    assert sorted(f for b in split for f in b) == sorted(files)

@@ -1,0 +1,116 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from retrain.collect import collect
+from retrain.deployment import connect
+from retrain.report.build import write_report
+from retrain.summary import SUMMARY_KEYS, summary
+from tests.unit.cli import recorded_run
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture
+def facts(stack, recorded_sagemaker, tmp_path):
+    run = recorded_run.write(stack)
+    deployment = connect(stack.name)
+    deployment.clients["sagemaker"] = recorded_sagemaker
+    return collect(deployment, run, out_dir=tmp_path)
+
+
+def test_collect_reads_trials_spot_timings_and_interruptions(facts):
+    # GIVEN a finished run with three spot trials, two of them interrupted once
+    # WHEN its facts are collected
+    # THEN every trial is there with its objective, and the spot numbers add up over the trials
+    assert [t.objective for t in facts.trials] == [0.91, 0.95, 0.62]
+    assert facts.best_job == recorded_run.BEST
+    assert facts.interruptions == 2
+    assert (facts.training_seconds, facts.billable_seconds) == (98, 30)
+    assert facts.resumed_at_steps == [10, 10]
+
+
+def test_collect_reads_the_loss_curves_from_the_job_logs(facts):
+    # GIVEN job logs with metric lines in the contract's format
+    # THEN the curves hold each metric's points in step order
+    curve = facts.curves[recorded_run.BEST]
+    assert [p.step for p in curve["train-loss"]] == [5, 10, 15, 20]
+    assert [p.step for p in curve["val-loss"]] == [10, 20]
+
+
+def test_collect_reads_uploads_evaluation_and_checkpoint_curve(facts):
+    # GIVEN ledger rows, evaluation.json in S3 and a run record with checkpoint evaluations
+    # THEN accepted uploads are counted, rejected ones keep their reasons
+    assert facts.accepted == len(recorded_run.ACCEPTED_KEYS)
+    assert {r.key: r.reason for r in facts.rejected} == recorded_run.REJECTED
+    # AND the evaluation comes from evaluation.json, the champion from its baseline
+    assert facts.evaluation.labels == recorded_run.LABELS
+    assert facts.evaluation.confusion_matrix[0] == [19, 1, 0]
+    assert facts.evaluation.baseline_top1 == 0.9
+    # AND only completed checkpoint evaluations are points of the curve
+    assert [(p.step, p.top1) for p in facts.checkpoint_evaluations] == [(10, 0.4), (20, 0.8)]
+
+
+def test_collect_extracts_the_best_jobs_profile(facts, tmp_path):
+    # GIVEN the best job shipped a system profile in output.tar.gz
+    # THEN it is extracted under the report folder for the utilisation report
+    assert facts.profile_dir == tmp_path / "jobs" / recorded_run.BEST / "profile"
+    assert any(facts.profile_dir.glob("*.jsonl"))
+
+
+def test_report_writes_markdown_and_real_pngs(facts, tmp_path):
+    # WHEN the report is built from the recorded run
+    path = write_report(facts, tmp_path / "report")
+    # THEN each chart is a PNG file the markdown links
+    text = path.read_text()
+    for name in (
+        "tuning_trials.png",
+        "loss_curves.png",
+        "checkpoint_evaluations.png",
+        "confusion_matrix.png",
+    ):
+        png = tmp_path / "report" / name
+        assert png.read_bytes()[:8] == PNG_MAGIC, name
+        assert f"]({name})" in text
+    # AND the tables carry the rule results, the gate decision, the rejected uploads and the cost
+    assert "| CPUBottleneck | IssuesFound | 12 | CPU p95 97% |" in text
+    assert "**passed** — challenger top-1 0.950" in text
+    assert "`data/digits/notes.txt`" in text
+    assert "| **total** |  | 98 | 30 | 69.4 |" in text
+
+
+def test_report_prices_jobs_from_the_price_table(facts, tmp_path):
+    # GIVEN trials on ml.g4dn.xlarge (0.7364 USD/h in the table)
+    text = write_report(facts, tmp_path / "report").read_text()
+    # THEN the best trial's on-demand cost is 38 s x 0.7364 / 3600 and its billed cost 12 s at that rate
+    assert "$0.0078 | $0.0025 |" in text
+
+
+def test_summary_has_exactly_the_issue_keys(facts):
+    # WHEN the JSON summary is made
+    document = json.loads(json.dumps(summary(facts)))
+    # THEN it has the issue's keys and nested keys, with the run's numbers
+    assert tuple(document) == SUMMARY_KEYS
+    assert set(document["tuning"]) == {"jobs", "best_job", "best_hyperparameters", "objective"}
+    assert set(document["training"]) == {
+        "interruptions", "resumed_at_steps", "training_seconds", "billable_seconds", "spot_savings_pct"
+    }  # fmt: skip
+    assert set(document["evaluation"]) == {"top1", "top3", "per_class"}
+    assert document["gate"] == {"passed": True, "reason": "challenger top-1 0.950 >= champion 0.900 + 0.010"}
+    assert document["training"]["spot_savings_pct"] == 69.4
+    assert document["rules"][1] == {"rule": "CPUBottleneck", "status": "IssuesFound"}
+    assert {"key", "reason"} == set(document["rejected"][0])
+
+
+def test_report_includes_the_utilisation_heatmap_of_the_profiled_job(facts, tmp_path):
+    # GIVEN the best job's system profile, written by the container's profiler
+    # WHEN the report is built
+    text = write_report(facts, tmp_path / "report").read_text()
+    # THEN the Debugger helper's bottleneck report and its PNGs are linked from it
+    pngs = sorted((tmp_path / "report" / "utilisation").glob("*.png"))
+    assert pngs, "no utilisation charts were written"
+    for png in pngs:
+        assert png.read_bytes()[:8] == PNG_MAGIC
+        assert f"(utilisation/{png.name})" in text
