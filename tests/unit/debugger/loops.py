@@ -37,14 +37,17 @@ def train_with_hook(
     noisy_labels: bool = False,
     eval_every: int = 10,
     hidden: int = 16,
+    activation: type[nn.Module] = nn.ReLU,
+    input_scale: float = 1.0,
 ) -> contract.Paths:
     """Train a small MLP for `steps` steps with the hook attached, validating every `eval_every`."""
     torch.manual_seed(0)
     paths = paths_under(base)
-    model = nn.Sequential(nn.Linear(8, hidden), nn.ReLU(), nn.Linear(hidden, 2))
+    model = nn.Sequential(nn.Linear(8, hidden), activation(), nn.Linear(hidden, 2))
     loss_fn = nn.CrossEntropyLoss()
     hook = debugger.attach(model, loss_fn, hook_args(debug_interval=interval), paths)
     x, y = separable_data(train_size, seed=1)
+    x = x * input_scale
     if noisy_labels:
         y = torch.randint(0, 2, y.shape, generator=torch.Generator().manual_seed(2))
     vx, vy = separable_data(64, seed=3)

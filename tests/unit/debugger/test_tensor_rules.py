@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import contract
+import rules
+from rules.tensors import TENSOR_RULES
+from tests.unit.debugger.loops import train_with_hook
+
+TENSOR_RULE_NAMES = tuple(TENSOR_RULES)
+
+
+def statuses(paths: contract.Paths) -> dict[str, str]:
+    results = rules.evaluate(paths.tensors_dir, paths.profile_dir, names=TENSOR_RULE_NAMES)
+    return {r.rule: r.status for r in results}
+
+
+def issues_only(found: str) -> dict[str, str]:
+    return {name: rules.ISSUES if name == found else rules.NO_ISSUES for name in TENSOR_RULE_NAMES}
+
+
+def test_a_healthy_run_has_no_issues(healthy_run: contract.Paths) -> None:
+    assert statuses(healthy_run) == {name: rules.NO_ISSUES for name in TENSOR_RULE_NAMES}
+
+
+def test_a_huge_learning_rate_is_found_by_exploding_tensor_alone(exploding_run: contract.Paths) -> None:
+    assert statuses(exploding_run) == issues_only("ExplodingTensor")
+
+
+def test_a_zero_learning_rate_is_found_by_loss_not_decreasing_alone(zero_lr_run: contract.Paths) -> None:
+    assert statuses(zero_lr_run) == issues_only("LossNotDecreasing")
+
+
+def test_a_memorised_training_set_is_found_by_overfit_alone(overfit_run: contract.Paths) -> None:
+    assert statuses(overfit_run) == issues_only("Overfit")
+
+
+def test_an_issue_names_the_step_and_the_numbers(overfit_run: contract.Paths) -> None:
+    # WHEN the Overfit rule fires
+    (result,) = rules.evaluate(overfit_run.tensors_dir, overfit_run.profile_dir, names=("Overfit",))
+
+    # THEN it says at which step and with which ratio against which threshold
+    assert result.step is not None and result.step > 0
+    assert "ratio" in result.detail and "> 0.1" in result.detail
+
+
+def test_gradients_that_vanish_are_found(tmp_path: Path) -> None:
+    # GIVEN inputs scaled by 1e-12: the first layer's weight gradients are ~1e-12
+    paths = train_with_hook(tmp_path, steps=5, input_scale=1e-12)
+
+    # WHEN the VanishingGradient rule runs
+    (result,) = rules.evaluate(paths.tensors_dir, paths.profile_dir, names=("VanishingGradient",))
+
+    # THEN it fires on that gradient, below the managed default threshold 1e-7
+    assert result.status == rules.ISSUES
+    assert "< threshold 1e-07" in result.detail
+
+
+def test_a_rule_parameter_changes_the_decision(healthy_run: contract.Paths) -> None:
+    # GIVEN a healthy run WHEN LossNotDecreasing demands a 99.9% drop every 10 steps
+    (result,) = rules.evaluate(
+        healthy_run.tensors_dir,
+        healthy_run.profile_dir,
+        {"LossNotDecreasing": {"diff_percent": "99.9"}},
+        names=("LossNotDecreasing",),
+    )
+    # THEN it fires
+    assert result.status == rules.ISSUES
+
+
+@pytest.mark.parametrize("make", ["missing", "empty"])
+def test_missing_or_empty_tensors_give_error_with_a_clear_detail(tmp_path: Path, make: str) -> None:
+    # GIVEN a tensors directory that is missing or holds nothing
+    tensors = tmp_path / "tensors"
+    if make == "empty":
+        tensors.mkdir()
+
+    # WHEN the tensor rules run
+    results = rules.evaluate(tensors, tmp_path / "profile", names=TENSOR_RULE_NAMES)
+
+    # THEN every tensor rule is Error, naming the directory and what to do
+    assert {r.status for r in results} == {rules.ERROR}
+    assert all(str(tensors) in r.detail and "debug-hook true" in r.detail for r in results)
+
+
+def test_unknown_rule_names_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown rules"):
+        rules.evaluate(tmp_path, tmp_path, names=("DeadRelu",))

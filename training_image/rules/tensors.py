@@ -1,0 +1,275 @@
+"""Tensor rules over the hook's output, written as smdebug `Rule` subclasses (Debugger "custom rules").
+
+smdebug 1.0.34 ships the Rule API but not the built-in rules, so these re-implement the four the
+issue names, with the managed rules' names, parameters and defaults. Sources for each default:
+the AWS "List of Debugger built-in rules" page (docs.aws.amazon.com/sagemaker/latest/dg/
+debugger-built-in-rules.html) and the configs AWS publishes in smdebug_rulesconfig.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+from smdebug import modes
+from smdebug.exceptions import TensorUnavailableForStep
+from smdebug.rules.rule import Rule
+
+LOSSES = "losses"
+GRADIENTS = "gradients"
+
+# Summaries the hook saves (debugger.REDUCTIONS / NORMS); raw values are used where saved instead.
+_SUMMARIES = (("max", False), ("min", False), ("mean", False), ("l2", False))
+
+
+class DetailedRule(Rule):
+    """A Rule that says why it fired: `detail` holds the numbers behind the last decision."""
+
+    def __init__(self, base_trial: Any, other_trials: Any = None) -> None:
+        super().__init__(base_trial, action_str="", other_trials=other_trials)
+        self.detail = ""
+        self.checked = 0  # data points the rule actually evaluated
+
+    def _tensor_names(self, collection_names: Iterable[str] = (), regex: str | None = None) -> list[str]:
+        names: set[str] = set()
+        for collection in collection_names:
+            names.update(self.base_trial.tensor_names(collection=collection))
+        if regex:
+            names.update(self.base_trial.tensor_names(regex=_split(regex)))
+        return sorted(names)
+
+
+def _split(value: str | list[str] | None) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, list):
+        return value
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def _values(trial: Any, name: str, step: int) -> list[float]:
+    """The raw value when it was saved, else the saved summaries (max, min, mean, l2 norm)."""
+    tensor = trial.tensor(name)
+    try:
+        return [float(v) for v in np.ravel(tensor.value(step))]
+    except TensorUnavailableForStep:
+        pass
+    out = []
+    for reduction, absolute in _SUMMARIES:
+        try:
+            out.append(float(tensor.reduction_value(step, reduction, abs=absolute)))
+        except TensorUnavailableForStep:
+            continue
+    return out
+
+
+class VanishingGradient(DetailedRule):
+    """Fires when the mean absolute value of a gradient drops below `threshold` (default 1e-7, as the
+    managed rule; the hook saves each gradient's abs mean)."""
+
+    def __init__(self, base_trial: Any, threshold: float = 0.0000001) -> None:
+        super().__init__(base_trial)
+        self.threshold = float(threshold)
+
+    def invoke_at_step(self, step: int) -> bool:
+        for name in self._tensor_names([GRADIENTS]):
+            if step not in self.base_trial.tensor(name).steps():
+                continue
+            try:
+                abs_mean = float(self.base_trial.tensor(name).reduction_value(step, "mean", abs=True))
+            except TensorUnavailableForStep:
+                abs_mean = float(np.mean(np.abs(self.base_trial.tensor(name).value(step))))
+            self.checked += 1
+            if abs_mean < self.threshold:
+                self.detail = f"{name}: mean |gradient| {abs_mean:.3g} < threshold {self.threshold:g}"
+                return True
+        return False
+
+
+class ExplodingTensor(DetailedRule):
+    """Fires when a saved tensor holds NaN (or, unless `only_nan`, infinity). Defaults as the managed
+    rule: every collection, no regex, only_nan False."""
+
+    def __init__(
+        self,
+        base_trial: Any,
+        *,
+        collection_names: str | list[str] | None = None,
+        tensor_regex: str | list[str] | None = None,
+        only_nan: bool | str = False,
+    ) -> None:
+        super().__init__(base_trial)
+        self.collection_names = _split(collection_names)
+        self.tensor_regex = ",".join(_split(tensor_regex)) or None
+        self.only_nan = str(only_nan).lower() == "true"
+
+    def invoke_at_step(self, step: int) -> bool:
+        if self.collection_names or self.tensor_regex:
+            names = self._tensor_names(self.collection_names, self.tensor_regex)
+        else:
+            names = sorted(self.base_trial.tensor_names())
+        for name in names:
+            if step not in self.base_trial.tensor(name).steps():
+                continue
+            values = _values(self.base_trial, name, step)
+            self.checked += 1
+            bad = [v for v in values if math.isnan(v) or (not self.only_nan and math.isinf(v))]
+            if bad:
+                self.detail = f"{name} at step {step} is not finite ({bad[0]})"
+                return True
+        return False
+
+
+def _loss_names(rule: DetailedRule, regex: str | list[str] | None, use_losses_collection: bool) -> list[str]:
+    names = rule._tensor_names([LOSSES] if use_losses_collection else [], ",".join(_split(regex)) or None)
+    return names
+
+
+class LossNotDecreasing(DetailedRule):
+    """Fires when the loss did not fall by more than `diff_percent` over `num_steps` steps.
+
+    Managed defaults: num_steps 10, diff_percent 0 (any decrease passes), use_losses_collection true.
+    Training losses are single batches, so the value compared at each check is the mean of the
+    losses saved since the previous check. `mode` defaults to TRAIN rather than the managed rule's
+    EVAL-first order: the hook saves every validation batch as its own EVAL step, and the validation
+    curve is the Overfit rule's. Non-finite losses are ExplodingTensor's, not this rule's.
+    """
+
+    def __init__(
+        self,
+        base_trial: Any,
+        *,
+        collection_names: str | list[str] | None = None,
+        tensor_regex: str | list[str] | None = None,
+        use_losses_collection: bool | str = True,
+        num_steps: int = 10,
+        diff_percent: float = 0.0,
+        mode: str | None = None,
+    ) -> None:
+        super().__init__(base_trial)
+        extra = _split(collection_names)
+        self.names = _loss_names(self, tensor_regex, str(use_losses_collection).lower() == "true")
+        for collection in extra:
+            self.names += [n for n in base_trial.tensor_names(collection=collection) if n not in self.names]
+        self.num_steps = int(num_steps)
+        self.diff_percent = float(diff_percent)
+        self.mode = getattr(modes, (mode or "TRAIN").upper())
+        self._pending: dict[str, list[float]] = {}
+        self._last: dict[str, tuple[int, float]] = {}
+
+    def invoke_at_step(self, step: int) -> bool:
+        if self.base_trial.mode(step) != self.mode:
+            return False
+        mode_step = self.base_trial.mode_step(step)
+        for name in self.names:
+            if step not in self.base_trial.tensor(name).steps():
+                continue
+            loss = float(np.mean(self.base_trial.tensor(name).value(step)))
+            if not math.isfinite(loss):
+                continue
+            pending = self._pending.setdefault(name, [])
+            pending.append(loss)
+            last = self._last.get(name)
+            if last is None:
+                self._last[name] = (mode_step, float(np.mean(pending)))
+                pending.clear()
+                continue
+            if mode_step - last[0] < self.num_steps:
+                continue
+            current = float(np.mean(pending))
+            pending.clear()
+            self._last[name] = (mode_step, current)
+            self.checked += 1
+            decrease = (last[1] - current) / abs(last[1]) * 100 if last[1] else 0.0
+            if decrease <= self.diff_percent:
+                self.detail = (
+                    f"{name}: mean loss {current:.4g} over steps {last[0] + 1}-{mode_step} vs "
+                    f"{last[1]:.4g} up to step {last[0]}: decreased {decrease:.2f}% "
+                    f"(needs > {self.diff_percent:g}% every {self.num_steps} steps)"
+                )
+                return True
+        return False
+
+
+class Overfit(DetailedRule):
+    """Fires when (mean validation loss - mean training loss) / mean training loss exceeds
+    `ratio_threshold` for more than `patience` validation passes in a row.
+
+    Managed defaults: start_step 0, patience 1, ratio_threshold 0.1. A validation pass is a run of
+    consecutive EVAL steps; it is compared with the training losses saved since the previous pass.
+    """
+
+    def __init__(
+        self,
+        base_trial: Any,
+        *,
+        tensor_regex: str | list[str] | None = None,
+        start_step: int = 0,
+        patience: int = 1,
+        ratio_threshold: float = 0.1,
+    ) -> None:
+        super().__init__(base_trial)
+        self.names = _loss_names(self, tensor_regex, True)
+        self.start_step = int(start_step)
+        self.patience = int(patience)
+        self.ratio_threshold = float(ratio_threshold)
+        self._train: list[float] = []
+        self._validation: list[float] = []
+        self._violations = 0
+        self._steps: list[int] = sorted(base_trial.steps())
+
+    def _loss(self, step: int) -> float | None:
+        values = [
+            float(np.mean(self.base_trial.tensor(n).value(step)))
+            for n in self.names
+            if step in self.base_trial.tensor(n).steps()
+        ]
+        finite = [v for v in values if math.isfinite(v)]
+        return float(np.mean(finite)) if finite else None
+
+    def invoke_at_step(self, step: int) -> bool:
+        if step < self.start_step:
+            return False
+        loss = self._loss(step)
+        mode = self.base_trial.mode(step)
+        if loss is not None and mode == modes.TRAIN:
+            self._train.append(loss)
+        elif loss is not None and mode == modes.EVAL:
+            self._validation.append(loss)
+        pass_ends = mode == modes.EVAL and self._next_mode(step) != modes.EVAL
+        if not pass_ends or not self._validation or not self._train:
+            return False
+        train, validation = float(np.mean(self._train)), float(np.mean(self._validation))
+        self._train, self._validation = [], []
+        self.checked += 1
+        ratio = (validation - train) / train if train else 0.0
+        self._violations = self._violations + 1 if ratio > self.ratio_threshold else 0
+        if self._violations > self.patience:
+            self.detail = (
+                f"validation loss {validation:.4g} vs training loss {train:.4g}: ratio {ratio:.2f} > "
+                f"{self.ratio_threshold:g} for {self._violations} validation passes in a row "
+                f"(patience {self.patience})"
+            )
+            return True
+        return False
+
+    def _next_mode(self, step: int) -> Any:
+        index = bisect.bisect_right(self._steps, step)
+        return self.base_trial.mode(self._steps[index]) if index < len(self._steps) else None
+
+
+TENSOR_RULES: dict[str, type[DetailedRule]] = {
+    rule.__name__: rule for rule in (VanishingGradient, ExplodingTensor, LossNotDecreasing, Overfit)
+}
+
+__all__ = [
+    "TENSOR_RULES",
+    "DetailedRule",
+    "ExplodingTensor",
+    "LossNotDecreasing",
+    "Overfit",
+    "VanishingGradient",
+]
