@@ -54,6 +54,18 @@ def write_digits(root: Path, *, size: int = DEFAULT_SIZE, limit: int | None = No
     return DemoDataset(root=root, files=tuple(files), per_label=dict(per_label))
 
 
+def write_mistakes(root: Path) -> list[Path]:
+    """Two files a user uploads by mistake, so the demo shows validation: a note in a label folder and
+    an empty image. The control plane rejects both with a reason and leaves them where they are."""
+    note = root / LABELS[0] / "notes.txt"
+    empty = root / LABELS[1] / "empty.jpg"
+    note.parent.mkdir(parents=True, exist_ok=True)
+    empty.parent.mkdir(parents=True, exist_ok=True)
+    note.write_text("scanned from the lab notebook, page 3\n", encoding="utf-8")
+    empty.write_bytes(b"")
+    return [note, empty]
+
+
 def batches(files: Sequence[T], count: int) -> list[list[T]]:
     """Split files into `count` nearly equal upload batches, interleaved so every batch has every label."""
     if count < 1:

@@ -1,10 +1,11 @@
 """SageMaker training instance prices, for the report's cost table.
 
 Source: the "Training" tab of https://aws.amazon.com/sagemaker/pricing/ (On-Demand, US East (N. Virginia),
-USD per instance-hour), as recorded on 2026-11-22. Prices change and differ by region: the report names
-this table's date and region next to every cost, and an instance missing here shows "price unknown"
-instead of a guess. Managed spot training is billed for BillableTimeInSeconds at these rates; the spot
-saving SageMaker reports is 1 - billable / training seconds.
+USD per instance-hour), as that page listed them in 2025. They were not re-checked when this table was
+written (the build machine has no web access): check the page before budgeting. Prices change and differ
+by region, so the report prints this source, region and date under every cost table, and an instance
+missing here shows "price unknown" instead of a guess. Managed spot training is billed for
+BillableTimeInSeconds at these rates; the spot saving SageMaker reports is 1 - billable / training seconds.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 
 PRICE_SOURCE = "https://aws.amazon.com/sagemaker/pricing/ (Training, On-Demand)"
 PRICE_REGION = "us-east-1"
-PRICE_DATE = "2026-11-22"
+PRICE_DATE = "2025 (not re-checked since)"
 
 TRAINING_USD_PER_HOUR: dict[str, float] = {
     "ml.m5.large": 0.115,

@@ -215,7 +215,7 @@ def write_report(facts: RunFacts, out_dir: Path) -> Path:
         cost_rows,
     )
     lines += [
-        f"Prices: {PRICE_SOURCE}, {PRICE_REGION}, recorded {PRICE_DATE}. Billed cost = billable "
+        f"Prices: {PRICE_SOURCE}, {PRICE_REGION}, prices of {PRICE_DATE}. Billed cost = billable "
         "seconds x instance price; the spot saving is 1 - billable / training seconds.",
         "",
     ]

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from PIL import Image
 
-from retrain.demo_data import LABELS, batches, write_digits
+from retrain.demo_data import LABELS, batches, write_digits, write_mistakes
 
 
 def test_digits_are_written_as_jpegs_in_label_folders(tmp_path):
@@ -35,3 +35,12 @@ def test_batches_split_evenly_and_keep_every_file():
     # THEN sizes differ by at most one and nothing is lost or repeated
     assert sorted(len(b) for b in split) == [3, 3, 4]
     assert sorted(f for b in split for f in b) == sorted(files)
+
+
+def test_the_demos_mistakes_are_a_non_image_and_an_empty_image(tmp_path):
+    # WHEN the demo's user mistakes are written
+    note, empty = write_mistakes(tmp_path)
+    # THEN they sit in label folders where a user would have dropped them
+    assert note.suffix == ".txt" and note.stat().st_size > 0
+    assert empty.suffix == ".jpg" and empty.stat().st_size == 0
+    assert {note.parent.name, empty.parent.name} <= set(LABELS)
