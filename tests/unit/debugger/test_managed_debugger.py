@@ -1,0 +1,122 @@
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from retrain import managed_debugger
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+class _CfnLoader(yaml.SafeLoader):
+    """Reads CloudFormation's short-form tags (!Sub, !Ref, ...) as plain values."""
+
+
+def _any_tag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
+    if isinstance(node, yaml.ScalarNode):
+        return loader.construct_scalar(node)
+    if isinstance(node, yaml.SequenceNode):
+        return loader.construct_sequence(node)
+    return loader.construct_mapping(node)  # type: ignore[arg-type]
+
+
+_CfnLoader.add_multi_constructor("!", _any_tag)
+
+
+def test_configs_name_every_mirrored_rule_with_the_regions_evaluator_image() -> None:
+    # WHEN the managed configs are built for eu-west-1
+    configs = managed_debugger.build_configs("eu-west-1", s3_output_path="s3://bucket/runs/r1/debug")
+
+    # THEN the four tensor rules and four profiler rules use eu-west-1's evaluator image
+    image = managed_debugger.rule_evaluator_image("eu-west-1")
+    assert image.endswith(".dkr.ecr.eu-west-1.amazonaws.com/sagemaker-debugger-rules:latest")
+    tensor = configs["DebugRuleConfigurations"]
+    profiler = configs["ProfilerRuleConfigurations"]
+    assert [r["RuleConfigurationName"] for r in tensor] == list(managed_debugger.TENSOR_RULES)
+    assert [r["RuleConfigurationName"] for r in profiler] == list(managed_debugger.PROFILER_RULES)
+    assert {r["RuleEvaluatorImage"] for r in tensor + profiler} == {image}
+    assert configs["DebugHookConfig"]["S3OutputPath"] == "s3://bucket/runs/r1/debug"
+    assert configs["ProfilerConfig"]["ProfilingIntervalInMilliseconds"] == 500
+
+
+def test_profiler_rule_parameters_are_the_defaults_our_open_rules_use() -> None:
+    import rules.system
+
+    # GIVEN the managed CPUBottleneck parameters WHEN compared with our rule's defaults
+    (cpu,) = [
+        r
+        for r in managed_debugger.build_configs("us-east-1")["ProfilerRuleConfigurations"]
+        if r["RuleConfigurationName"] == "CPUBottleneck"
+    ]
+    import inspect
+
+    ours = inspect.signature(rules.system.CPUBottleneck).parameters
+    # THEN every managed parameter has the same default in ours
+    for name, value in cpu["RuleParameters"].items():
+        if name != "rule_to_invoke":
+            assert float(ours[name].default) == float(value), name
+
+
+def test_without_an_output_path_the_state_machine_fills_it_in() -> None:
+    configs = managed_debugger.build_configs("us-east-1")
+    assert "S3OutputPath" not in configs["DebugHookConfig"]
+    assert "S3OutputPath" not in configs["ProfilerConfig"]
+
+
+def test_an_unknown_region_is_refused_with_its_name() -> None:
+    with pytest.raises(ValueError, match="xx-nowhere-1"):
+        managed_debugger.rule_evaluator_image("xx-nowhere-1")
+
+
+def test_the_command_prints_the_configs_as_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert managed_debugger.main(["--region", "us-west-2"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == json.loads(json.dumps(managed_debugger.build_configs("us-west-2")))
+
+
+def test_the_templates_rule_image_mapping_matches_sagemaker_core() -> None:
+    # GIVEN the template's DebuggerRuleImages mapping and the image string it builds from it
+    template = yaml.load((REPO / "template.yaml").read_text(), Loader=_CfnLoader)
+    mapping = template["Mappings"]["DebuggerRuleImages"]
+    substitution = template["Resources"]["TrainingStateMachine"]["Properties"]["DefinitionSubstitutions"]
+    pattern = substitution["DebuggerRuleImage"][0]
+
+    # WHEN each region's URI is built the way CloudFormation builds it
+    built = {
+        region: pattern.replace("${Account}", row["Account"]).replace("${AWS::Region}", region)
+        for region, row in mapping.items()
+    }
+
+    # THEN it is the URI sagemaker-core gives for that region
+    assert built == managed_debugger.rule_evaluator_images(mapping)
+
+
+def test_the_state_machines_managed_rules_match_the_configs() -> None:
+    text = (REPO / "statemachine" / "training.asl.json").read_text()
+    if "DebugRuleConfigurations" not in text:
+        pytest.skip("the state machine has no DebuggerMode=managed branch yet")
+    found: dict[str, list[dict[str, Any]]] = {}
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for key in ("DebugRuleConfigurations", "ProfilerRuleConfigurations"):
+                if isinstance(node.get(key), list):
+                    found[key] = node[key]
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(json.loads(text))
+    expected = managed_debugger.build_configs("us-east-1")
+    for key in ("DebugRuleConfigurations", "ProfilerRuleConfigurations"):
+        ours = [{k: v for k, v in r.items() if k != "RuleEvaluatorImage"} for r in expected[key]]  # type: ignore[literal-required]
+        theirs = [{k: v for k, v in r.items() if not re.match(r"RuleEvaluatorImage", k)} for r in found[key]]
+        assert theirs == ours, key
+        assert all(str(r.get("RuleEvaluatorImage")) == "${DebuggerRuleImage}" for r in found[key]), key
