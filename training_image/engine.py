@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import distributed
+import models
 import torch
 from loaders import Loader
 from torch import nn
@@ -52,11 +53,12 @@ def train_one_epoch(
     progress: Progress,
     context: distributed.Context,
     use_amp: bool,
+    frozen_backbone: bool = False,
     after_step: Callable[[Progress, float, float], None] | None = None,
 ) -> EpochResult:
     """Train the rest of `progress.epoch`; `after_step(progress, data_wait_s, compute_s)` follows every
     step (it may checkpoint, or raise checkpoints.Interrupted to stop)."""
-    model.train()
+    models.train_mode(model, frozen_backbone=frozen_backbone)
     device = context.device
     epoch = progress.epoch
     total = torch.zeros((), dtype=torch.float64)

@@ -177,3 +177,14 @@ def set_backbone_frozen(model: nn.Module, frozen: bool) -> None:
     """Train only the classifier head while frozen."""
     for name, parameter in model.named_parameters():
         parameter.requires_grad_(not frozen or name.startswith(HEAD_PREFIX))
+
+
+def train_mode(model: nn.Module, *, frozen_backbone: bool) -> None:
+    """model.train(), except that a frozen backbone's BatchNorm layers keep their running statistics
+    (inference mode), as is usual when fine-tuning a head: each image's features then depend on that
+    image alone, not on which others share its batch or its data-parallel rank."""
+    model.train()
+    if frozen_backbone:
+        for name, module in model.named_modules():
+            if isinstance(module, nn.modules.batchnorm._BatchNorm) and not name.startswith(HEAD_PREFIX):
+                module.eval()

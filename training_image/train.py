@@ -310,6 +310,7 @@ def _train(
                 progress=progress,
                 context=context,
                 use_amp=use_amp,
+                frozen_backbone=freeze,
                 after_step=after_step,
             )
             debugger.eval_mode(hook)

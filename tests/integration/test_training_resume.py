@@ -26,28 +26,19 @@ REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "training_image" / "train.py"
 JOB = "resume-proof"
 # 40 images, 8 in validation by hash at val-fraction 0.2 -> 32 train = 4 steps of 8 per epoch, 2 epochs.
-HYPERPARAMETERS = [
-    "--model",
-    "resnet18",
-    "--epochs",
-    "2",
-    "--batch-size",
-    "8",
-    "--image-size",
-    "32",
-    "--checkpoint-every-steps",
-    "3",
-    "--keep-checkpoints",
-    "2",
-    "--num-workers",
-    "0",
-    "--seed",
-    "7",
-    "--debug-hook",
-    "false",
-    "--augment-load",
-    "2",
-]
+HYPERPARAMETERS = {
+    "model": "resnet18",
+    "epochs": "2",
+    "batch-size": "8",
+    "image-size": "32",
+    "checkpoint-every-steps": "3",
+    "keep-checkpoints": "2",
+    "num-workers": "0",
+    "seed": "7",
+    "debug-hook": "false",
+    "augment-load": "2",
+}
+ARGS = [part for name, value in HYPERPARAMETERS.items() for part in (f"--{name}", value)]
 
 
 def write_images(root: Path, per_label: int = 20) -> None:
@@ -78,7 +69,7 @@ def run_training(base: Path, data: Path, *, sigterm_on: str | None = None, delay
     base.mkdir(parents=True, exist_ok=True)
     with open(base / "stdout.log", "a") as stdout:
         process = subprocess.Popen(
-            [sys.executable, str(TRAIN), *HYPERPARAMETERS],
+            [sys.executable, str(TRAIN), *ARGS],
             env=env,
             stdout=stdout,
             stderr=subprocess.PIPE,
