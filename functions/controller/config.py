@@ -35,6 +35,13 @@ class Config:
     policy: DispatchPolicy = field(default_factory=DispatchPolicy)
     settings: Mapping[str, Any] = field(default_factory=dict)  # the template's run defaults, see prepare
     checkpoint_eval_every: int = 1
+    min_improvement: float = 0.0
+    min_accuracy: float = 0.0
+    block_on_rule_issues: bool = True
+    approval_status: str = "PendingManualApproval"
+    model_package_group_prefix: str = names.MODEL_PACKAGE_GROUP_PREFIX_DEFAULT
+    stuck_run_seconds: int = 43200
+    failure_backoff_seconds: int = 900
 
 
 def _int(environ: Mapping[str, str], name: str, default: int) -> int:
@@ -48,6 +55,27 @@ def _int(environ: Mapping[str, str], name: str, default: int) -> int:
     if value < 0:
         raise ConfigurationError(f"{name}={value} is negative; fix the stack parameter")
     return value
+
+
+def _float(environ: Mapping[str, str], name: str, default: float) -> float:
+    raw = environ.get(name, "")
+    if raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ConfigurationError(f"{name}={raw!r} is not a number; fix the stack parameter") from None
+
+
+def _bool(environ: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = environ.get(name, "").strip().lower()
+    if raw == "":
+        return default
+    if raw in ("true", "1", "yes"):
+        return True
+    if raw in ("false", "0", "no"):
+        return False
+    raise ConfigurationError(f"{name}={raw!r} is not true or false; fix the stack parameter")
 
 
 def _required(environ: Mapping[str, str], name: str) -> str:
@@ -80,7 +108,15 @@ def from_environ(environ: Mapping[str, str]) -> Config:
             max_wait_seconds=_int(environ, names.ENV_MAX_WAIT_SECONDS, 3600),
         ),
         settings=settings,
-        checkpoint_eval_every=max(1, _int(environ, names.ENV_CHECKPOINT_EVAL_EVERY, 1)),
+        checkpoint_eval_every=_int(environ, names.ENV_CHECKPOINT_EVAL_EVERY, 1),
+        min_improvement=_float(environ, names.ENV_MIN_IMPROVEMENT, 0.0),
+        min_accuracy=_float(environ, names.ENV_MIN_ACCURACY, 0.0),
+        block_on_rule_issues=_bool(environ, names.ENV_BLOCK_ON_RULE_ISSUES, True),
+        approval_status=environ.get(names.ENV_MODEL_APPROVAL_STATUS, "") or "PendingManualApproval",
+        model_package_group_prefix=environ.get(names.ENV_MODEL_PACKAGE_GROUP_PREFIX, "")
+        or names.MODEL_PACKAGE_GROUP_PREFIX_DEFAULT,
+        stuck_run_seconds=_int(environ, names.ENV_STUCK_RUN_SECONDS, 43200),
+        failure_backoff_seconds=_int(environ, names.ENV_FAILURE_BACKOFF_SECONDS, 900),
     )
 
 

@@ -93,6 +93,11 @@ def consider(
                 dataset, "resumed", str(active), "a previous dispatch stopped before StartExecution"
             )
         return Outcome(dataset, "busy", str(active), f"run {active} is active")
+    not_before = state.get("not_before")
+    if not_before and now < parse_time(str(not_before)):
+        return Outcome(
+            dataset, "not-due", None, f"the last run failed; automatic runs resume at {not_before}"
+        )
     stats = ledger.pending_stats(dataset, table_name=config.ledger_table, client=dynamodb)
     reason = due_reason(stats, config.policy, now)
     if reason is None:
@@ -120,11 +125,32 @@ def consider(
 def dispatch_all(
     *, now: datetime, config: Config, dynamodb: DynamoDBClient, sfn: SFNClient, trigger: str = "schedule"
 ) -> list[Outcome]:
-    """Consider every data set that ever received an upload."""
-    return [
+    """Consider every data set that ever received an upload; report runs that hold a lock too long."""
+    outcomes = [
         consider(dataset, now=now, config=config, dynamodb=dynamodb, sfn=sfn, trigger=trigger)
         for dataset in datasets.all_datasets(table_name=config.datasets_table, client=dynamodb)
     ]
+    stuck = stuck_runs(now=now, config=config, dynamodb=dynamodb)
+    metrics.add_metric(name=names.METRIC_STUCK_RUNS, unit="Count", value=len(stuck))
+    for dataset, run_id in stuck:
+        logger.warning("run holds its lock too long", extra={"dataset": dataset, "run_id": run_id})
+    return outcomes
+
+
+def stuck_runs(*, now: datetime, config: Config, dynamodb: DynamoDBClient) -> list[tuple[str, str]]:
+    """(data set, run) pairs whose lock is older than StuckRunSeconds."""
+    stuck = []
+    for dataset in datasets.all_datasets(table_name=config.datasets_table, client=dynamodb):
+        state = datasets.get(dataset, table_name=config.datasets_table, client=dynamodb)
+        locked_at = state.get("locked_at")
+        held = state.get(names.LOCK_ATTRIBUTE)
+        if (
+            held
+            and locked_at
+            and (now - parse_time(str(locked_at))).total_seconds() > config.stuck_run_seconds
+        ):
+            stuck.append((dataset, str(held)))
+    return stuck
 
 
 @metrics.log_metrics

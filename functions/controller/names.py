@@ -114,6 +114,13 @@ ENV_MAX_WAIT_SECONDS: Final = "MAX_WAIT_SECONDS"
 ENV_SETTINGS: Final = "RUN_SETTINGS"  # JSON: the template's training/tuning defaults (config.RunSettings)
 ENV_SAGEMAKER_ROLE_ARN: Final = "SAGEMAKER_ROLE_ARN"
 ENV_CHECKPOINT_EVAL_EVERY: Final = "CHECKPOINT_EVAL_EVERY"
+ENV_MIN_IMPROVEMENT: Final = "MIN_IMPROVEMENT"
+ENV_MIN_ACCURACY: Final = "MIN_ACCURACY"
+ENV_BLOCK_ON_RULE_ISSUES: Final = "BLOCK_ON_RULE_ISSUES"
+ENV_MODEL_APPROVAL_STATUS: Final = "MODEL_APPROVAL_STATUS"
+ENV_MODEL_PACKAGE_GROUP_PREFIX: Final = "MODEL_PACKAGE_GROUP_PREFIX"
+ENV_STUCK_RUN_SECONDS: Final = "STUCK_RUN_SECONDS"
+ENV_FAILURE_BACKOFF_SECONDS: Final = "FAILURE_BACKOFF_SECONDS"
 
 # --- CloudFormation outputs the CLI reads (template.yaml Outputs; a test compares) --------------
 STACK_OUTPUTS: Final = {
@@ -149,3 +156,10 @@ METRIC_RUNS_SUCCEEDED: Final = "RunsSucceeded"
 METRIC_RUNS_REJECTED: Final = "RunsRejected"
 METRIC_RUNS_FAILED: Final = "RunsFailed"
 METRIC_CHECKPOINT_EVALS: Final = "CheckpointEvaluationsStarted"
+METRIC_STUCK_RUNS: Final = "StuckRuns"
+
+# Tags on checkpoint evaluation Processing jobs: how their completion event finds its run.
+TAG_DATASET: Final = "retrain:dataset"
+TAG_RUN_ID: Final = "retrain:run-id"
+TAG_CHECKPOINT_STEP: Final = "retrain:checkpoint-step"
+TAG_TRAINING_JOB: Final = "retrain:training-job"

@@ -1,0 +1,133 @@
+"""The last step of a completed run (accepted or rejected): mark its images trained, record the outcome,
+release the data set's lock, and start the next run at once if uploads that came meanwhile are due."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import boto3
+
+from controller import datasets, dispatch, ledger, names, runs
+from controller.best_candidate import seconds
+from controller.config import Config, get_config
+from controller.observability import logger, metrics, tracer
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_sagemaker import SageMakerClient
+    from mypy_boto3_stepfunctions import SFNClient
+
+
+def frozen_objects(dataset: str, run_id: str, *, config: Config, s3: S3Client) -> list[dict[str, Any]]:
+    body = s3.get_object(Bucket=config.artifact_bucket, Key=names.objects_key(dataset, run_id))["Body"].read()
+    return [json.loads(line) for line in body.decode().splitlines() if line.strip()]
+
+
+def mark_trained(dataset: str, run_id: str, *, config: Config, dynamodb: DynamoDBClient, s3: S3Client) -> int:
+    """Mark the run's new images trained; a key re-uploaded since the freeze stays pending."""
+    marked = 0
+    for obj in frozen_objects(dataset, run_id, config=config, s3=s3):
+        if obj.get("new") and ledger.mark_trained(
+            dataset, obj["key"], obj["sequencer"], run_id, table_name=config.ledger_table, client=dynamodb
+        ):
+            marked += 1
+    return marked
+
+
+def time_totals(
+    run: dict[str, Any], record: runs.RunRecord | None, *, sagemaker: SageMakerClient
+) -> dict[str, Any]:
+    """Training vs billable seconds of the whole run: tuning trials (already summed) plus the final job."""
+    final = run.get("final_training_job")
+    if not final:
+        return {}
+    described = dict(sagemaker.describe_training_job(TrainingJobName=str(final)))
+    totals = seconds([described])
+    if record is not None:
+        totals["training_seconds"] += int(record.get("training_seconds", 0))
+        totals["billable_seconds"] += int(record.get("billable_seconds", 0))
+        training, billable = totals["training_seconds"], totals["billable_seconds"]
+        totals["spot_saving"] = round(1 - billable / training, 4) if training else 0.0
+    return {"final_training_job": str(final), **totals}
+
+
+def finalize(
+    event: dict[str, Any],
+    *,
+    config: Config,
+    dynamodb: DynamoDBClient,
+    s3: S3Client,
+    sagemaker: SageMakerClient,
+    sfn: SFNClient | None,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    run, decision = event["run"], event["gate"]
+    model = event.get("model") or {}
+    registered = event.get("registered") or {}
+    dataset, run_id = run["dataset"], run["run_id"]
+    moment = now or datetime.now(UTC)
+    at = moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    accepted = decision["decision"] == "accepted"
+    marked = mark_trained(dataset, run_id, config=config, dynamodb=dynamodb, s3=s3)
+    record = runs.get_run(dataset, run_id, table_name=config.runs_table, client=dynamodb)
+    if model.get("final"):
+        run = {**run, "final_training_job": model.get("training_job")}
+    fields: dict[str, Any] = {
+        "status": "SUCCEEDED" if accepted else "REJECTED",
+        "finished_at": at,
+        "updated_at": at,
+        **time_totals(run, record, sagemaker=sagemaker),
+    }
+    runs.update_run(dataset, run_id, fields, table_name=config.runs_table, client=dynamodb)
+    updates: dict[str, Any] = {"last_run": run_id, "last_run_status": fields["status"]}
+    if accepted:
+        updates["champion"] = {
+            "model_data": str(model.get("model_data", "")),
+            "model_package_arn": str(registered.get("model_package_arn", "")),
+            "run_id": run_id,
+            "top1": float(decision.get("top1", 0.0)),
+        }
+    datasets.release(dataset, run_id, table_name=config.datasets_table, client=dynamodb, updates=updates)
+    metrics.add_metric(
+        name=names.METRIC_RUNS_SUCCEEDED if accepted else names.METRIC_RUNS_REJECTED, unit="Count", value=1
+    )
+    next_run = None
+    if sfn is not None and config.state_machine_arn:
+        outcome = dispatch.consider(dataset, now=moment, config=config, dynamodb=dynamodb, sfn=sfn)
+        next_run = outcome.run_id if outcome.action == "started" else None
+    verdict = "registered" if accepted else "rejected"
+    subject = f"retrain {dataset}: model {verdict}"
+    lines = [
+        f"Run {run_id} of data set {dataset}: model {verdict}.",
+        f"Reason: {decision['reason']}.",
+        f"Images: {run.get('manifest_size')} ({run.get('new_images')} new); marked trained: {marked}.",
+    ]
+    if registered.get("model_package_arn"):
+        lines.append(f"Model package: {registered['model_package_arn']}")
+    if next_run:
+        lines.append(f"Uploads that arrived during the run started run {next_run}.")
+    logger.info("run finalized", extra={"run_id": run_id, "status": fields["status"], "next_run": next_run})
+    return {
+        "status": fields["status"],
+        "subject": subject[:100],
+        "message": "\n".join(lines),
+        "next_run": next_run,
+    }
+
+
+@metrics.log_metrics
+@tracer.capture_lambda_handler
+@logger.inject_lambda_context
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return finalize(
+        event,
+        config=get_config(),
+        dynamodb=boto3.client("dynamodb"),
+        s3=boto3.client("s3"),
+        sagemaker=boto3.client("sagemaker"),
+        sfn=boto3.client("stepfunctions"),
+    )

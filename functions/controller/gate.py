@@ -1,0 +1,113 @@
+"""The quality gate: the challenger must reach MinAccuracy and beat the champion by MinImprovement, and no
+Debugger rule may have found issues (when BlockOnRuleIssues). Every decision carries its reason."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import boto3
+
+from controller import container, runs
+from controller.config import Config, get_config
+from controller.observability import logger, tracer
+from controller.s3io import read_json
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_s3 import S3Client
+
+ISSUES_FOUND = "IssuesFound"
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    min_accuracy: float
+    min_improvement: float
+    block_on_rule_issues: bool
+
+
+def decide(
+    challenger: float, champion: float | None, rule_results: list[runs.RuleResult], thresholds: Thresholds
+) -> runs.Gate:
+    """Pure: accept or reject, with the reason a person reads in the notification."""
+    flagged = [r["rule"] for r in rule_results if r.get("status") == ISSUES_FOUND]
+    if flagged and thresholds.block_on_rule_issues:
+        return {"decision": "rejected", "reason": f"rule(s) {', '.join(flagged)} found issues in training"}
+    if challenger < thresholds.min_accuracy:
+        return {
+            "decision": "rejected",
+            "reason": f"top-1 accuracy {challenger:.4f} is below MinAccuracy {thresholds.min_accuracy:.4f}",
+        }
+    if champion is not None and challenger < champion + thresholds.min_improvement:
+        return {
+            "decision": "rejected",
+            "reason": f"top-1 accuracy {challenger:.4f} does not beat the champion's {champion:.4f} "
+            f"by MinImprovement {thresholds.min_improvement:.4f}",
+        }
+    versus = f"champion {champion:.4f}" if champion is not None else "no champion yet"
+    note = f"; rule(s) {', '.join(flagged)} found issues (not blocking)" if flagged else ""
+    return {"decision": "accepted", "reason": f"top-1 accuracy {challenger:.4f} ({versus}){note}"}
+
+
+def _evaluation(prefix: str, job: str, *, s3: S3Client) -> runs.Evaluation:
+    uri = prefix.rstrip("/") + "/" + container.EVALUATION_FILE
+    report = read_json(uri, s3=s3, what=f"{container.EVALUATION_FILE} of {job}")
+    return {
+        "top1": float(report["top1"]),
+        "top3": float(report.get("top3", report["top1"])),
+        "job": job,
+        "checkpoint_step": report.get("checkpoint_step"),
+        "report_uri": uri,
+    }
+
+
+def rule_results(run: dict[str, Any], model: dict[str, Any], *, s3: S3Client) -> list[runs.RuleResult]:
+    mode = run.get("debugger_mode", "open")
+    if mode == "open":
+        uri = str(run["rules_s3_uri"]).rstrip("/") + "/" + container.RULE_RESULTS_FILE
+        return list(read_json(uri, s3=s3, what=f"{container.RULE_RESULTS_FILE} of {run['jobs']['rules']}"))
+    if mode == "managed":
+        return [
+            {
+                "rule": str(s.get("RuleConfigurationName", "?")),
+                "status": str(s.get("RuleEvaluationStatus", "?")),
+                "detail": str(s.get("StatusDetails", "")),
+            }
+            for s in model.get("rule_statuses") or []
+        ]
+    return []
+
+
+def gate(event: dict[str, Any], *, config: Config, dynamodb: DynamoDBClient, s3: S3Client) -> dict[str, Any]:
+    run, model = event["run"], event["model"]
+    challenger = _evaluation(run["challenger_s3_uri"], run["jobs"]["challenger"], s3=s3)
+    challenger["model_data"] = str(model["model_data"])
+    champion = (
+        _evaluation(run["champion_s3_uri"], run["jobs"]["champion"], s3=s3)
+        if run.get("has_champion")
+        else None
+    )
+    rules = rule_results(run, model, s3=s3)
+    thresholds = Thresholds(config.min_accuracy, config.min_improvement, config.block_on_rule_issues)
+    decision = decide(challenger["top1"], champion["top1"] if champion else None, rules, thresholds)
+    fields: dict[str, Any] = {
+        "challenger": challenger,
+        "rule_results": rules,
+        "rules_blocked": decision["decision"] == "rejected"
+        and any(r.get("status") == ISSUES_FOUND for r in rules),
+        "gate": decision,
+        "model_data": str(model["model_data"]),
+    }
+    if champion is not None:
+        fields["champion"] = champion
+    runs.update_run(run["dataset"], run["run_id"], fields, table_name=config.runs_table, client=dynamodb)
+    logger.info("gate decided", extra={"run_id": run["run_id"], **decision})
+    return {**decision, "top1": challenger["top1"], "evaluation_uri": challenger["report_uri"]}
+
+
+@tracer.capture_lambda_handler
+@logger.inject_lambda_context
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return gate(event, config=get_config(), dynamodb=boto3.client("dynamodb"), s3=boto3.client("s3"))

@@ -1,0 +1,358 @@
+"""The state machine's first step: validate the run request, hold the data set's lock, freeze the manifest.
+
+Execution input (what the dispatcher sends, and what a person may send to StartExecution):
+
+    {"dataset": "flowers",                      # required: data/<dataset>/ in the data bucket
+     "overrides": {                              # all optional; unset ones keep the stack's parameters
+        "max_jobs": 4, "parallel_jobs": 2,       # tuning budget
+        "instance_type": "ml.g5.2xlarge", "instance_count": 1,
+        "evaluation_instance_type": "ml.m5.xlarge",
+        "epochs": 5, "image_size": 224, "batch_size": 32, "model": "resnet18",
+        "spot": false, "max_runtime_seconds": 3600, "max_wait_seconds": 7200,
+        "tuning_strategy": "Bayesian", "final_training": true, "data_source": "s3",
+        "hyperparameters": {"lr": 0.01, "optimizer": "sgd"}}}   # fixed: skip tuning, train once
+
+The execution name becomes the run id. The result is the run context every later state reads ($.run).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+import boto3
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from controller import container, datasets, ledger, names, runs
+from controller.config import Config, get_config
+from controller.errors import DatasetBusyError, InvalidRunInputError, NotEnoughDataError
+from controller.observability import logger, tracer
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_s3 import S3Client
+
+MIN_LABELS = 2
+MIN_IMAGES_PER_LABEL = 1
+JOB_NAME_RE = re.compile(r"[^a-zA-Z0-9-]")
+InstanceType = Annotated[str, Field(pattern=r"^ml\.[a-z0-9]+\.[a-z0-9]+$")]
+
+
+class Overrides(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_jobs: int | None = Field(default=None, ge=1, le=500)
+    parallel_jobs: int | None = Field(default=None, ge=1, le=100)
+    instance_type: InstanceType | None = None
+    instance_count: int | None = Field(default=None, ge=1, le=64)
+    evaluation_instance_type: InstanceType | None = None
+    epochs: int | None = Field(default=None, ge=1, le=10_000)
+    image_size: int | None = Field(default=None, ge=16, le=1024)
+    batch_size: int | None = Field(default=None, ge=1, le=4096)
+    model: Literal["resnet18", "resnet34", "resnet50"] | None = None
+    spot: bool | None = None
+    max_runtime_seconds: int | None = Field(default=None, ge=60, le=28 * 86400)
+    max_wait_seconds: int | None = Field(default=None, ge=60, le=28 * 86400)
+    tuning_strategy: Literal["Bayesian", "Random", "Hyperband", "Grid"] | None = None
+    final_training: bool | None = None
+    data_source: Literal["fsx", "s3"] | None = None
+    hyperparameters: dict[str, str | int | float | bool] | None = None
+
+    @field_validator("hyperparameters")
+    @classmethod
+    def _known_names(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            unknown = sorted(set(value) - set(container.HYPERPARAMETER_NAMES))
+            if unknown:
+                raise ValueError(
+                    f"unknown hyperparameters {unknown}; known: {', '.join(container.HYPERPARAMETER_NAMES)}"
+                )
+        return value
+
+
+class RunRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    dataset: str = Field(min_length=1, max_length=names.MAX_DATASET_LENGTH, pattern=names.DATASET_RE.pattern)
+    run_id: str | None = None
+    trigger: Literal["schedule", "upload", "manual"] = "manual"
+    overrides: Overrides = Overrides()
+
+
+def parse_request(raw: Any) -> RunRequest:
+    """The execution input as a RunRequest, or InvalidRunInputError listing every problem."""
+    try:
+        return RunRequest.model_validate(raw)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']}" for e in error.errors()
+        )
+        raise InvalidRunInputError(
+            f"the execution input is not a valid run request ({problems}). Expected "
+            '{"dataset": "<name>", "overrides": {...}}; see controller/prepare.py for every override.'
+        ) from None
+
+
+def job_names(dataset: str, execution_arn: str) -> dict[str, str]:
+    """SageMaker job names of a run: unique per execution, within SageMaker's limits (tuning: 32)."""
+    digest = hashlib.sha1(execution_arn.encode(), usedforsecurity=False).hexdigest()[:8]
+    stem = f"rt-{digest}-{JOB_NAME_RE.sub('-', dataset)[:18]}".rstrip("-")
+    return {
+        "tuning": stem,
+        "training": f"{stem}-train",
+        "rules": f"{stem}-rules",
+        "challenger": f"{stem}-eval-new",
+        "champion": f"{stem}-eval-champion",
+    }
+
+
+def _settings(config: Config, overrides: Overrides) -> dict[str, Any]:
+    settings = dict(config.settings)
+    for key, value in overrides.model_dump(exclude_none=True).items():
+        settings[key] = value
+    return settings
+
+
+def _split(value: Any) -> list[str]:
+    if isinstance(value, list):
+        return [str(v) for v in value if str(v)]
+    return [part.strip() for part in str(value or "").split(",") if part.strip()]
+
+
+def freeze_manifest(
+    dataset: str, run_id: str, *, config: Config, dynamodb: DynamoDBClient, s3: S3Client
+) -> dict[str, Any]:
+    """Write the exact images of this run (manifest channel) and their ledger identities; return a summary."""
+    frozen = [
+        row
+        for row in ledger.rows(dataset, table_name=config.ledger_table, client=dynamodb)
+        if row.get("state") in (names.STATE_PENDING, names.STATE_TRAINED)
+    ]
+    per_label: dict[str, int] = {}
+    for row in frozen:
+        per_label[str(row["label"])] = per_label.get(str(row["label"]), 0) + 1
+    if len(per_label) < MIN_LABELS:
+        raise NotEnoughDataError(
+            f"data set {dataset!r} has {len(frozen)} accepted images in {len(per_label)} label folder(s) "
+            f"{sorted(per_label)}; a classifier needs at least {MIN_LABELS}. Upload images to "
+            f"s3://{config.data_bucket}/{names.dataset_prefix(dataset)}<label>/<image>."
+        )
+    prefix = names.dataset_prefix(dataset)
+    manifest = "".join(
+        json.dumps(
+            {
+                container.MANIFEST_PATH_KEY: str(row[names.LEDGER_SK])[len(prefix) :],
+                container.MANIFEST_LABEL_KEY: row["label"],
+            }
+        )
+        + "\n"
+        for row in frozen
+    )
+    objects = "".join(
+        json.dumps(
+            {
+                "key": row[names.LEDGER_SK],
+                "label": row["label"],
+                "sequencer": row["sequencer"],
+                "version_id": row.get("version_id", ""),
+                "etag": row.get("etag", ""),
+                "size": row.get("size", 0),
+                "new": row.get("state") == names.STATE_PENDING,
+            }
+        )
+        + "\n"
+        for row in frozen
+    )
+    manifest_key = names.manifest_prefix(dataset, run_id) + container.MANIFEST_FILE
+    s3.put_object(Bucket=config.artifact_bucket, Key=manifest_key, Body=manifest.encode())
+    s3.put_object(
+        Bucket=config.artifact_bucket, Key=names.objects_key(dataset, run_id), Body=objects.encode()
+    )
+    new_labels = sorted({str(row["label"]) for row in frozen if row.get("state") == names.STATE_PENDING})
+    return {
+        "size": len(frozen),
+        "new": sum(1 for row in frozen if row.get("state") == names.STATE_PENDING),
+        "labels": sorted(per_label),
+        "new_labels": new_labels,
+    }
+
+
+def prepare(
+    event: dict[str, Any],
+    *,
+    config: Config,
+    dynamodb: DynamoDBClient,
+    s3: S3Client,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """The run context: names, channels, limits and flags every later state reads."""
+    execution_name = str(event.get("execution_name", ""))
+    execution_arn = str(event.get("execution_arn", execution_name))
+    request = parse_request(event.get("input"))
+    if request.run_id is not None and request.run_id != execution_name:
+        raise InvalidRunInputError(
+            f"run_id {request.run_id!r} differs from the execution name {execution_name!r}; "
+            "leave run_id out of a manual start (the execution name is the run id)"
+        )
+    run_id = execution_name
+    dataset = request.dataset
+    at = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+    state = datasets.get(dataset, table_name=config.datasets_table, client=dynamodb)
+    holder = state.get(names.LOCK_ATTRIBUTE)
+    if holder and holder != run_id:
+        raise DatasetBusyError(
+            f"run {holder} of data set {dataset!r} is active; runs of a data set never overlap. "
+            "Start this one after it finishes (its uploads wait for the next run)."
+        )
+    if (
+        not holder
+        and datasets.acquire(dataset, run_id, at, table_name=config.datasets_table, client=dynamodb) is None
+    ):
+        raise DatasetBusyError(f"another run of data set {dataset!r} took its lock first; start again later")
+
+    record: runs.RunRecord = {
+        "dataset": dataset,
+        "run_id": run_id,
+        "status": "RUNNING",
+        "trigger": request.trigger,
+        "created_at": at,
+    }
+    if not runs.put_run(record, table_name=config.runs_table, client=dynamodb):
+        runs.update_run(dataset, run_id, {"status": "RUNNING"}, table_name=config.runs_table, client=dynamodb)
+
+    settings = _settings(config, request.overrides)
+    summary = freeze_manifest(dataset, run_id, config=config, dynamodb=dynamodb, s3=s3)
+    jobs = job_names(dataset, execution_arn)
+    artifact = f"s3://{config.artifact_bucket}/"
+    data_source = str(settings.get("data_source", "s3"))
+    data_prefix = f"s3://{config.data_bucket}/{names.dataset_prefix(dataset)}"
+    spot = bool(settings.get("spot", False))
+    max_runtime = int(settings.get("max_runtime_seconds", 3600))
+    stopping: dict[str, int] = {"MaxRuntimeInSeconds": max_runtime}
+    if spot:
+        stopping["MaxWaitTimeInSeconds"] = max(
+            int(settings.get("max_wait_seconds", max_runtime)), max_runtime
+        )
+
+    if data_source == "fsx":
+        mount = str(settings.get("file_system_mount_name", ""))
+        train_source: dict[str, Any] = {
+            "FileSystemDataSource": {
+                "FileSystemId": settings.get("file_system_id", ""),
+                "FileSystemType": "FSxLustre",
+                "FileSystemAccessMode": "ro",
+                "DirectoryPath": f"/{mount}/{names.dataset_prefix(dataset)}".replace("//", "/").rstrip("/"),
+            }
+        }
+        input_mode = "File"
+    else:
+        train_source = {
+            "S3DataSource": {
+                "S3DataType": "S3Prefix",
+                "S3Uri": data_prefix,
+                "S3DataDistributionType": "FullyReplicated",
+            }
+        }
+        input_mode = "FastFile"
+
+    static = {
+        container.HP_MODEL: str(settings.get("model", "resnet18")),
+        container.HP_EPOCHS: str(settings.get("epochs", 3)),
+        container.HP_IMAGE_SIZE: str(settings.get("image_size", 224)),
+        container.HP_BATCH_SIZE: str(settings.get("batch_size", 32)),
+        container.HP_CHECKPOINT_EVERY: str(settings.get("checkpoint_every_steps", 50)),
+    }
+    fixed = request.overrides.hyperparameters
+    hyperparameters = {**static, **{k: _hp(v) for k, v in (fixed or {}).items()}}
+    champion = state.get("champion") or {}
+    parent = state.get("last_tuning_job")
+
+    run: dict[str, Any] = {
+        "dataset": dataset,
+        "run_id": run_id,
+        "trigger": request.trigger,
+        "jobs": jobs,
+        "labels": summary["labels"],
+        "manifest_size": summary["size"],
+        "new_images": summary["new"],
+        "data_source": data_source,
+        "import_needed": data_source == "fsx" and summary["new"] > 0,
+        "file_system_id": settings.get("file_system_id", ""),
+        "import_paths": [f"{data_prefix}{label}/" for label in summary["new_labels"]],
+        "import_report_path": f"{artifact}{names.run_prefix(dataset, run_id)}{names.FSX_REPORTS_DIR}",
+        "import_poll_seconds": int(settings.get("import_poll_seconds", 30)),
+        "import_max_polls": int(settings.get("import_max_polls", 120)),
+        "train_data_source": train_source,
+        "train_input_mode": input_mode,
+        "data_s3_uri": data_prefix,
+        "manifest_s3_uri": f"{artifact}{names.manifest_prefix(dataset, run_id)}",
+        "output_s3_uri": f"{artifact}{names.output_prefix(dataset, run_id)}",
+        "checkpoint_s3_uri": f"{artifact}{names.checkpoint_prefix(dataset, run_id)}",
+        "rules_s3_uri": f"{artifact}{names.rules_prefix(dataset, run_id)}",
+        "challenger_s3_uri": f"{artifact}{names.evaluation_prefix(dataset, run_id, 'challenger')}",
+        "champion_s3_uri": f"{artifact}{names.evaluation_prefix(dataset, run_id, 'champion')}",
+        "training_image": str(settings.get("training_image", "")),
+        "instance_type": str(settings.get("instance_type", "ml.m5.xlarge")),
+        "instance_count": int(settings.get("instance_count", 1)),
+        "volume_size_gb": int(settings.get("volume_size_gb", 30)),
+        "evaluation_instance_type": str(settings.get("evaluation_instance_type", "ml.m5.xlarge")),
+        "spot": spot,
+        "stopping_condition": stopping,
+        "tuning_strategy": str(settings.get("tuning_strategy", "Bayesian")),
+        "max_jobs": int(settings.get("max_jobs", 4)),
+        "parallel_jobs": int(settings.get("parallel_jobs", 1)),
+        "ranges": {
+            "lr_min": str(settings.get("lr_min", "0.0001")),
+            "lr_max": str(settings.get("lr_max", "0.1")),
+            "weight_decay_min": str(settings.get("weight_decay_min", "0.00001")),
+            "weight_decay_max": str(settings.get("weight_decay_max", "0.001")),
+        },
+        "static_hyperparameters": static,
+        "hyperparameters": hyperparameters,
+        "fixed_hyperparameters": fixed is not None,
+        "final_training": fixed is not None or bool(settings.get("final_training", True)),
+        "warm_start": bool(parent),
+        "warm_start_parent": str(parent or ""),
+        "debugger_mode": str(settings.get("debugger_mode", "open")),
+        "has_champion": bool(champion.get("model_data")),
+        "champion_model_data": str(champion.get("model_data", "")),
+        "champion_model_package_arn": str(champion.get("model_package_arn", "")),
+        "vpc": {
+            "Subnets": _split(settings.get("subnets")),
+            "SecurityGroupIds": _split(settings.get("security_groups")),
+        },
+    }
+    runs.update_run(
+        dataset,
+        run_id,
+        {
+            "execution_arn": execution_arn,
+            "updated_at": at,
+            "manifest_uri": run["manifest_s3_uri"] + container.MANIFEST_FILE,
+            "manifest_size": summary["size"],
+            "new_images": summary["new"],
+            "labels": summary["labels"],
+            "data_source": data_source,
+        },
+        table_name=config.runs_table,
+        client=dynamodb,
+    )
+    logger.info("run prepared", extra={"dataset": dataset, "run_id": run_id, "images": summary["size"]})
+    return run
+
+
+def _hp(value: str | int | float | bool) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+@tracer.capture_lambda_handler
+@logger.inject_lambda_context
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return prepare(event, config=get_config(), dynamodb=boto3.client("dynamodb"), s3=boto3.client("s3"))

@@ -1,0 +1,111 @@
+"""Catch-all of the state machine: record why the run failed (in words a person can act on), release the
+data set's lock, and hold the next automatic run back for a while so a broken run does not loop."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import boto3
+
+from controller import datasets, names, runs
+from controller.config import Config, get_config
+from controller.observability import logger, metrics, tracer
+from controller.runs import serialize
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+ERROR_CODE = re.compile(r"Error Code: (?P<code>[A-Za-z]+)")
+
+
+def explain(error: str, cause: str) -> str:
+    """One sentence on what failed and what to do, from a Task's Error and Cause."""
+    code = ERROR_CODE.search(cause)
+    if code and code.group("code") == "ResourceLimitExceeded":
+        return (
+            "SageMaker refused the job: an account quota (ResourceLimitExceeded) is reached, and "
+            "retries with a long backoff did not clear it. Request a quota increase for the instance "
+            "type, or lower "
+            f"MaxParallelTuningJobs / choose another instance type. ({cause[:300]})"
+        )
+    if error == "States.TaskFailed" and cause.startswith("{"):
+        try:
+            description = json.loads(cause)
+        except json.JSONDecodeError:
+            description = {}
+        job = next((description[k] for k in description if k.endswith("JobName")), "the SageMaker job")
+        reason = description.get("FailureReason") or description.get("ExitMessage") or "no failure reason"
+        return f"{job} failed: {reason}. See its logs under /aws/sagemaker/."
+    return f"{error}: {cause[:1000]}"
+
+
+def record_failure(
+    event: dict[str, Any], *, config: Config, dynamodb: DynamoDBClient, now: datetime | None = None
+) -> dict[str, Any]:
+    state = event.get("state") or {}
+    failure = state.get("error") or {}
+    error, cause = str(failure.get("Error", "Unknown")), str(failure.get("Cause", ""))
+    run = state.get("run") or {}
+    execution_input = event.get("input") or {}
+    dataset = str(run.get("dataset") or execution_input.get("dataset") or "")
+    run_id = str(run.get("run_id") or event.get("execution_name") or "")
+    message = explain(error, cause)
+    moment = now or datetime.now(UTC)
+    at = moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    recorded = False
+    if dataset and run_id and names.DATASET_RE.fullmatch(dataset):
+        if runs.get_run(dataset, run_id, table_name=config.runs_table, client=dynamodb) is not None:
+            runs.update_run(
+                dataset,
+                run_id,
+                {
+                    "status": "FAILED",
+                    "finished_at": at,
+                    "updated_at": at,
+                    "failure": {"error": error, "cause": message},
+                },
+                table_name=config.runs_table,
+                client=dynamodb,
+            )
+            recorded = True
+        not_before = (moment + timedelta(seconds=config.failure_backoff_seconds)).strftime(
+            "%Y-%m-%dT%H:%M:%S.%fZ"
+        )
+        released = datasets.release(
+            dataset,
+            run_id,
+            table_name=config.datasets_table,
+            client=dynamodb,
+            updates={"last_run": run_id, "last_run_status": "FAILED", "not_before": not_before},
+        )
+        if not released:
+            logger.info("lock not held by this run; left as is", extra={"dataset": dataset, "run_id": run_id})
+    metrics.add_metric(name=names.METRIC_RUNS_FAILED, unit="Count", value=1)
+    logger.error(
+        "run failed", extra={"dataset": dataset, "run_id": run_id, "error": error, "reason": message}
+    )
+    subject = f"retrain {dataset or '?'}: run {run_id} failed"[:100]
+    return {
+        "recorded": recorded,
+        "subject": subject,
+        "message": f"Run {run_id} of data set {dataset or '?'} failed.\n{message}",
+    }
+
+
+def clear_backoff(dataset: str, *, config: Config, dynamodb: DynamoDBClient) -> None:
+    dynamodb.update_item(
+        TableName=config.datasets_table,
+        Key=serialize({names.DATASETS_PK: dataset}),
+        UpdateExpression="REMOVE not_before",
+    )
+
+
+@metrics.log_metrics
+@tracer.capture_lambda_handler
+@logger.inject_lambda_context
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return record_failure(event, config=get_config(), dynamodb=boto3.client("dynamodb"))
