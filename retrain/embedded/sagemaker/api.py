@@ -1,7 +1,8 @@
 """Make moto's SageMaker HTTP API (what boto3 with AWS_ENDPOINT_URL reaches) answer from the emulator.
 
 moto's `SageMakerResponse` has one method per operation; the emulator's operations replace those
-methods in this one place. If a moto upgrade renames or removes one, `install_api` raises instead of
+methods in this one place (ADDED ones moto 5.2.5 lacks are added: its dispatcher looks operations up
+as methods of that class). If a moto upgrade renames or removes one, `install_api` raises instead of
 letting the stock moto answer (which records jobs as Completed at once).
 """
 
@@ -14,22 +15,19 @@ from typing import Any
 
 import moto
 from botocore.exceptions import ClientError
-from moto.core.exceptions import ServiceException
-from moto.core.responses import ActionResult
+from moto.core.responses import ActionResult, BaseResponse
+from moto.sagemaker.exceptions import SagemakerClientError
 from moto.sagemaker.responses import SageMakerResponse
 
-OPERATIONS = (
+REPLACED = (
     "create_training_job",
     "describe_training_job",
-    "stop_training_job",
     "list_training_jobs",
     "create_processing_job",
     "describe_processing_job",
     "stop_processing_job",
     "create_hyper_parameter_tuning_job",
     "describe_hyper_parameter_tuning_job",
-    "list_training_jobs_for_hyper_parameter_tuning_job",
-    "stop_hyper_parameter_tuning_job",
     "create_model_package_group",
     "describe_model_package_group",
     "create_model_package",
@@ -37,6 +35,12 @@ OPERATIONS = (
     "update_model_package",
     "list_model_packages",
 )
+ADDED = (
+    "stop_training_job",
+    "list_training_jobs_for_hyper_parameter_tuning_job",
+    "stop_hyper_parameter_tuning_job",
+)
+OPERATIONS = REPLACED + ADDED
 TESTED_MOTO_VERSION = "5.2.5"
 
 
@@ -48,7 +52,7 @@ def _handler(emulator: Any, operation: str) -> Callable[[SageMakerResponse], Act
             result = getattr(emulator, operation)(**params)
         except ClientError as exc:
             error = exc.response.get("Error", {})
-            raise ServiceException(
+            raise SagemakerClientError(
                 error.get("Code", "ValidationException"), error.get("Message", str(exc))
             ) from exc
         return ActionResult(result)
@@ -59,7 +63,9 @@ def _handler(emulator: Any, operation: str) -> Callable[[SageMakerResponse], Act
 
 def install_api(emulator: Any) -> Callable[[], None]:
     """Route moto's SageMaker operations listed in OPERATIONS to `emulator`; returns the undo function."""
-    missing = [op for op in OPERATIONS if not callable(getattr(SageMakerResponse, op, None))]
+    missing = [op for op in REPLACED if not callable(getattr(SageMakerResponse, op, None))]
+    if not callable(getattr(BaseResponse, "call_action", None)):
+        missing.append("call_action (the dispatcher)")
     if missing:
         raise RuntimeError(
             f"moto {moto.__version__} has no SageMakerResponse.{', '.join(missing)}; the embedded "

@@ -8,7 +8,9 @@ Warm start adds the parent jobs' finished trials to the study before the first n
 
 from __future__ import annotations
 
+import itertools
 import math
+import random
 import secrets
 import threading
 import time
@@ -141,12 +143,24 @@ def parse_ranges(ranges: Mapping[str, Any], static: Mapping[str, str]) -> list[P
     return specs
 
 
-def make_sampler(strategy: str, specs: list[ParameterSpec], seed: int | None) -> optuna.samplers.BaseSampler:
+def make_sampler(strategy: str, seed: int | None) -> optuna.samplers.BaseSampler:
+    """Bayesian: TPE (constant liar, so parallel trials do not all sample the same point); Random and
+    Grid: the random sampler, Grid's points being enqueued up front."""
     if strategy == "Bayesian":
         return optuna.samplers.TPESampler(seed=seed, n_startup_trials=2, constant_liar=True)
-    if strategy == "Random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    return optuna.samplers.GridSampler({s.param_name: list(s.values) for s in specs}, seed=seed)
+    return optuna.samplers.RandomSampler(seed=seed)
+
+
+def grid_points(specs: list[ParameterSpec], seed: int | None) -> list[dict[str, Any]]:
+    """Every combination of the categorical values once, in a seeded random order as the service
+    does not promise an order either. (optuna's GridSampler stops the study itself, which only works
+    inside study.optimize, not with ask-and-tell.)"""
+    points = [
+        dict(zip((s.param_name for s in specs), combination, strict=True))
+        for combination in itertools.product(*(s.values for s in specs))
+    ]
+    random.Random(seed).shuffle(points)
+    return points
 
 
 def check_tuning_request(request: Mapping[str, Any], *, known_tuning_jobs: Mapping[str, Any]) -> None:
@@ -278,9 +292,12 @@ class TuningRun:
             else optuna.study.StudyDirection.MINIMIZE
         )
         self.study = optuna.create_study(
-            direction=direction, sampler=make_sampler(strategy, self.specs, seed), pruner=pruner
+            direction=direction, sampler=make_sampler(strategy, seed), pruner=pruner
         )
         self.warm_started = self._add_parent_trials(parent_trials)
+        if strategy == "Grid":
+            for point in grid_points(self.specs, seed)[: self.max_jobs]:
+                self.study.enqueue_trial(point)
         self.launch = launch
         self.training_record = training_record
         self.update = update
@@ -312,6 +329,20 @@ class TuningRun:
         return added
 
     def run(self) -> None:
+        try:
+            self._run()
+        except Exception as exc:  # the tuning job must end, never hang InProgress
+            for trial in self.trials:
+                trial.control.stop_requested.set()
+            self.update(
+                {
+                    "HyperParameterTuningJobStatus": "Failed",
+                    "FailureReason": f"InternalServerError: {type(exc).__name__}: {exc}",
+                    "HyperParameterTuningEndTime": time.time(),
+                }
+            )
+
+    def _run(self) -> None:
         while not self.stop_event.is_set():
             self._collect_finished()
             running = [t for t in self.trials if not t.told]
