@@ -90,9 +90,10 @@ def verify_image(path: Path) -> str | None:
     return None
 
 
-def _checked(
+def decodable(
     entries: Sequence[tuple[str, str]], root: Path, skipped: list[tuple[str, str]]
 ) -> list[tuple[Path, str, str]]:
+    """(path, key, label) of the entries PIL decodes; the rest go to `skipped`, logged once per path."""
     verdicts: dict[str, str | None] = {}
     kept: list[tuple[Path, str, str]] = []
     for key, label in entries:
@@ -124,9 +125,9 @@ def load_dataset(
     if not entries:
         source = manifest if manifest is not None else train_root
         raise DataError(f"the data set is empty: no {'/'.join(contract.IMAGE_EXTENSIONS)} images in {source}")
-    train_entries = _checked(entries, train_root, skipped)
+    train_entries = decodable(entries, train_root, skipped)
     if validation_root is not None:
-        val_entries = _checked(scan_folders(validation_root), validation_root, skipped)
+        val_entries = decodable(scan_folders(validation_root), validation_root, skipped)
     else:
         val_entries = [e for e in train_entries if in_validation(e[1], val_fraction)]
         train_entries = [e for e in train_entries if not in_validation(e[1], val_fraction)]
