@@ -150,7 +150,7 @@ class SqsPoller:
             result = self._invoke(self.mapping.function, event)
             failed = failed_message_ids(result, ids) if self.mapping.report_batch_item_failures else set()
         except Exception as exc:
-            LOG.info(
+            LOG.warning(
                 "batch of %d from %s failed in %s: %s",
                 len(batch),
                 self.mapping.queue_url,

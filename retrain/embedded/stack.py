@@ -1,0 +1,491 @@
+"""The embedded stack's lifetime: a moto server on 127.0.0.1 with the runtime around it, from template.yaml.
+
+``EmbeddedStack`` starts the server (``AWS_ENDPOINT_URL`` for everything: the CLI, the Lambda processes,
+the training jobs), installs the integrations moto lacks, provisions the template as a CloudFormation
+stack, wires the Lambda runtime, the SQS pollers and the scheduler, and restores the data saved by the
+previous stop. ``stop()`` saves the data again (``snapshot``), so runs, reports and warm starts outlive
+the process. ``up()``/``down()`` run the same stack as a background process for ``retrain local up|down``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final
+
+import boto3
+
+from retrain.embedded import integrations, provision, snapshot
+from retrain.embedded.event_sources import Scheduler, SqsPoller
+from retrain.embedded.faults import FaultingSageMaker, Faults
+from retrain.embedded.fsx import FsxEmulator, install_api
+from retrain.embedded.lambda_runtime import LambdaRuntime
+
+LOG = logging.getLogger(__name__)
+REPO_ROOT: Final = Path(__file__).resolve().parents[2]
+DEFAULT_STATE_DIR: Final = Path(".retrain")
+DEFAULT_STACK_NAME: Final = "retrain"
+REGION: Final = "us-east-1"
+ACCOUNT: Final = provision.ACCOUNT_ID
+SERVER_FILE: Final = "server.json"
+LOCAL_KEY: Final = "retrain-local"
+
+
+class EmbeddedStackError(RuntimeError):
+    """The embedded stack could not start or stop; the message says why and what to do."""
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class EmbeddedStack:
+    """The whole emulated AWS side of retrain, for one process (foreground) or as ``up``'s server."""
+
+    def __init__(
+        self,
+        state_dir: Path = DEFAULT_STATE_DIR,
+        *,
+        parameter_overrides: dict[str, str] | None = None,
+        faults: Faults | None = None,
+        spot: Any = None,
+        template: Path = REPO_ROOT / "template.yaml",
+        stack_name: str = DEFAULT_STACK_NAME,
+        time_scale: float = 0.05,
+        port: int = 0,
+    ) -> None:
+        self.state_dir = Path(state_dir).resolve()
+        self.parameter_overrides = dict(parameter_overrides or {})
+        self.faults = faults if faults is not None else Faults()
+        self.spot = spot
+        self.template = template
+        self.stack_name = stack_name
+        self.time_scale = time_scale
+        self.port = port or _free_port()
+        self.endpoint_url = f"http://127.0.0.1:{self.port}"
+        self._exit = contextlib.ExitStack()
+        self._server: Any = None
+        self.runtime: LambdaRuntime | None = None
+        self.fsx: FsxEmulator | None = None
+        self.sagemaker: Any = None
+        self.wiring: provision.Wiring | None = None
+        self.translated: dict[str, Any] = {}
+        self._pollers: list[SqsPoller] = []
+        self.degraded: list[str] = []
+        self._scheduler: Scheduler | None = None
+        self._session = boto3.session.Session(
+            aws_access_key_id=LOCAL_KEY, aws_secret_access_key=LOCAL_KEY, region_name=REGION
+        )
+
+    def client(self, service: str) -> Any:
+        return self._session.client(service, endpoint_url=self.endpoint_url)  # type: ignore[call-overload]
+
+    # -- lifetime
+    def start(self) -> str:
+        """Start everything; the endpoint URL to give boto3 (AWS_ENDPOINT_URL)."""
+        if not self.template.exists():
+            raise EmbeddedStackError(f"no template at {self.template}: run retrain from the repository root")
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self._start()
+        except BaseException:
+            self.stop(save=False)
+            raise
+        return self.endpoint_url
+
+    def _start(self) -> None:
+        from moto.core.config import default_user_config
+        from moto.server import ThreadedMotoServer
+
+        # The ASL interpreter calls back into this server at localhost:MOTO_PORT.
+        os.environ["MOTO_PORT"] = str(self.port)
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
+        default_user_config["stepfunctions"] = {"execute_state_machine": True}
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
+        self._server.start()
+
+        s3 = self.client("s3")
+        s3.create_bucket(Bucket=provision.DEPLOY_BUCKET)
+        self.faults.save(self.state_dir / "faults.json")
+        self.fsx = FsxEmulator(
+            self.state_dir / "fsx", s3_client=s3, faults=self.faults, region=REGION, account=ACCOUNT
+        )
+        self.sagemaker = self._sagemaker(s3)
+        self.runtime = LambdaRuntime(
+            {}, endpoint_url=self.endpoint_url, log_dir=self.state_dir / "logs" / "lambda"
+        )
+        self._exit.enter_context(
+            integrations.installed(
+                lambda_invoker=self.runtime.invoke,
+                sagemaker=FaultingSageMaker(self.sagemaker, self.faults),
+                fsx=self.fsx,
+            )
+        )
+        self._exit.enter_context(install_api(self.fsx))
+        from retrain.embedded.sagemaker import api_installed
+
+        try:
+            self._exit.enter_context(api_installed(self.sagemaker))
+        except (RuntimeError, TypeError) as error:
+            # Task states still reach the emulator directly; only boto3's SageMaker calls lose it.
+            LOG.warning("SageMaker HTTP API not routed to the emulator: %s", error)
+            self.degraded.append(f"sagemaker-http-api: {error}")
+        self._provision(s3)
+        snapshot.restore(
+            self.state_dir / "snapshot",
+            s3_client=s3,
+            dynamodb_client=self.client("dynamodb"),
+            logs_client=self.client("logs"),
+        )
+        self._start_event_sources()
+
+    def _sagemaker(self, s3: Any) -> Any:
+        from retrain.embedded.sagemaker import SageMakerEmulator
+
+        assert self.fsx is not None
+        kwargs: dict[str, Any] = {
+            "s3_client": s3,
+            "logs_client": self.client("logs"),
+            "fsx_root": self.fsx.mount_path,
+            "faults": self.faults,
+            "code_dir": REPO_ROOT / "training_image",
+            "region": REGION,
+        }
+        if self.spot is not None:
+            kwargs["spot"] = self.spot
+        return SageMakerEmulator(self.state_dir / "sagemaker", **kwargs)
+
+    def _provision(self, s3: Any) -> None:
+        assert self.fsx is not None and self.runtime is not None
+        template = provision.load_template(self.template)
+        packaged, code_dirs = provision.package(template, self.template.parent, s3)
+        parameters = self._parameters(template)
+        self.translated = provision.translate(packaged, parameters, REGION)
+        creators: dict[str, provision.ExternalCreator] = {
+            "AWS::FSx::FileSystem": self._create_file_system,
+            "AWS::SageMaker::ModelPackageGroup": self._create_model_package_group,
+        }
+        body, external = provision.create_external(
+            self.translated,
+            creators,
+            provision.moto_supported_types(),
+            stack_name=self.stack_name,
+            parameters=parameters,
+            region=REGION,
+        )
+        cfn = self.client("cloudformation")
+        with provision.deterministic_names():
+            cfn.create_stack(
+                StackName=self.stack_name,
+                TemplateBody=json.dumps(body),
+                Parameters=[
+                    {"ParameterKey": k, "ParameterValue": v}
+                    for k, v in parameters.items()
+                    if k in body.get("Parameters", {})
+                ],
+                Capabilities=["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"],
+            )
+        status = cfn.describe_stacks(StackName=self.stack_name)["Stacks"][0]
+        if status["StackStatus"] != "CREATE_COMPLETE":
+            raise EmbeddedStackError(
+                f"stack {self.stack_name}: {status['StackStatus']} {status.get('StackStatusReason')}"
+            )
+        resources = cfn.describe_stack_resources(StackName=self.stack_name)["StackResources"]
+        physical = {
+            r["LogicalResourceId"]: r["PhysicalResourceId"] for r in resources if r.get("PhysicalResourceId")
+        }
+        LOG.debug("stack resources: %s", resources)
+        self._register_state_machines(
+            [
+                physical[k]
+                for k, r in body["Resources"].items()
+                if r["Type"] == "AWS::StepFunctions::StateMachine" and k in physical
+            ]
+        )
+        self._detach_moto_sqs_delivery()
+        self.wiring = provision.wire(
+            body,
+            code_dirs,
+            physical=physical,
+            lambda_client=self.client("lambda"),
+            sqs_client=self.client("sqs"),
+            events_client=self.client("events"),
+            s3_client=s3,
+        )
+        self.wiring.external = external
+        self.runtime.functions = dict(self.wiring.functions)
+        missing = provision.unwired(body, self.wiring)
+        if missing:
+            raise EmbeddedStackError(f"the embedded runtime did not wire: {', '.join(missing)}")
+
+    def _parameters(self, template: dict[str, Any]) -> dict[str, str]:
+        declared = template.get("Parameters", {})
+        unknown = sorted(set(self.parameter_overrides) - set(declared))
+        if unknown:
+            raise EmbeddedStackError(
+                f"parameter override(s) {unknown} are not parameters of {self.template.name}; "
+                f"it declares {sorted(declared)}"
+            )
+        values = {k: str(v["Default"]) for k, v in declared.items() if "Default" in v}
+        values.update({k: str(v) for k, v in self.parameter_overrides.items()})
+        return values
+
+    def _create_file_system(self, logical_id: str, props: dict[str, Any]) -> tuple[str, dict[str, str]]:
+        assert self.fsx is not None
+        existing = [
+            fs
+            for fs in self.fsx.describe_file_systems()["FileSystems"]
+            if {"Key": "retrain:logical-id", "Value": logical_id} in fs.get("Tags", [])
+        ]
+        if existing:
+            fs = existing[0]
+        else:
+            request = {
+                k: v
+                for k, v in props.items()
+                if k
+                in ("FileSystemType", "StorageCapacity", "StorageType", "SubnetIds", "LustreConfiguration")
+            }
+            request["Tags"] = [*props.get("Tags", []), {"Key": "retrain:logical-id", "Value": logical_id}]
+            fs = self.fsx.create_file_system(**request)["FileSystem"]
+        return fs["FileSystemId"], {
+            "LustreMountName": fs["LustreConfiguration"]["MountName"],
+            "DNSName": fs["DNSName"],
+            "ResourceARN": fs["ResourceARN"],
+        }
+
+    def _create_model_package_group(
+        self, logical_id: str, props: dict[str, Any]
+    ) -> tuple[str, dict[str, str]]:
+        name = props.get("ModelPackageGroupName", f"{self.stack_name}-{logical_id}")
+        try:
+            arn = self.sagemaker.create_model_package_group(
+                ModelPackageGroupName=name,
+                ModelPackageGroupDescription=props.get("ModelPackageGroupDescription", ""),
+            )["ModelPackageGroupArn"]
+        except Exception:
+            arn = self.sagemaker.describe_model_package_group(ModelPackageGroupName=name)[
+                "ModelPackageGroupArn"
+            ]
+        return str(arn), {"ModelPackageGroupArn": str(arn)}
+
+    @staticmethod
+    def _register_state_machines(arns: list[str]) -> None:
+        """moto's CloudFormation creates state machines in the plain backend; executions run in the
+        interpreter's backend. Register each there under the same name (so the same ARN)."""
+        from moto.stepfunctions.models import stepfunctions_backends
+        from moto.stepfunctions.parser.models import stepfunctions_parser_backends
+
+        for arn in arns:
+            plain = stepfunctions_backends[ACCOUNT][REGION].describe_state_machine(arn)
+            stepfunctions_parser_backends[ACCOUNT][REGION].create_state_machine(
+                name=plain.name, definition=plain.definition, roleArn=plain.roleArn
+            )
+
+    @staticmethod
+    def _detach_moto_sqs_delivery() -> None:
+        """moto delivers SQS messages to mapped functions inline at SendMessage; the pollers do it instead."""
+        from moto.sqs.models import sqs_backends
+
+        for queue in sqs_backends[ACCOUNT][REGION].queues.values():
+            queue.lambda_event_source_mappings.clear()
+
+    def _start_event_sources(self) -> None:
+        assert self.wiring is not None and self.runtime is not None
+        sqs = self.client("sqs")
+        for mapping in self.wiring.sqs_mappings:
+            if mapping.enabled:
+                poller = SqsPoller(
+                    mapping,
+                    sqs_client=sqs,
+                    invoke=self.runtime.invoke,
+                    region=REGION,
+                    time_scale=self.time_scale,
+                )
+                poller.start()
+                self._pollers.append(poller)
+        self._scheduler = Scheduler(
+            self.wiring.scheduled_rules,
+            invoke=self.runtime.invoke,
+            sqs_client=sqs,
+            account=ACCOUNT,
+            region=REGION,
+            time_scale=self.time_scale,
+        )
+        self._scheduler.start()
+
+    def stop(self, *, save: bool = True) -> None:
+        """Stop everything; with ``save`` the stack's data goes to the state directory first."""
+        for poller in self._pollers:
+            poller.stop()
+        self._pollers.clear()
+        if self._scheduler is not None:
+            self._scheduler.stop()
+        if self.sagemaker is not None:
+            self.sagemaker.close()
+        if self.fsx is not None:
+            self.fsx.wait()
+        if save and self.wiring is not None:
+            try:
+                self._save()
+            except Exception:
+                LOG.exception("saving the embedded stack's data to %s failed", self.state_dir)
+        if self.runtime is not None:
+            self.runtime.close()
+        self._exit.close()
+        if self._server is not None:
+            # moto's backends are process-wide: empty them, so a later stack in this process starts from
+            # the saved state alone, as a new process would.
+            with contextlib.suppress(OSError):
+                request = urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", method="POST")
+                urllib.request.urlopen(request, timeout=30).close()
+            self._server.stop()
+            self._server = None
+
+    def _save(self) -> None:
+        assert self.wiring is not None
+        cfn = self.client("cloudformation")
+        resources = cfn.describe_stack_resources(StackName=self.stack_name)["StackResources"]
+        buckets = [r["PhysicalResourceId"] for r in resources if r["ResourceType"] == "AWS::S3::Bucket"]
+        snapshot.save(
+            self.state_dir / "snapshot",
+            s3_client=self.client("s3"),
+            dynamodb_client=self.client("dynamodb"),
+            logs_client=self.client("logs"),
+            buckets=buckets,
+            tables=list(self.wiring.tables.values()),
+        )
+
+    def __enter__(self) -> EmbeddedStack:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+# -- background: `retrain local up|down`
+
+
+def _server_file(state_dir: Path) -> Path:
+    return Path(state_dir) / SERVER_FILE
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+def running(state_dir: Path = DEFAULT_STATE_DIR) -> tuple[str, str] | None:
+    """(endpoint URL, stack name) of the background stack, or None when none runs."""
+    path = _server_file(state_dir)
+    if not path.exists():
+        return None
+    info = json.loads(path.read_text(encoding="utf-8"))
+    if not _alive(int(info["pid"])):
+        path.unlink(missing_ok=True)
+        return None
+    return str(info["endpoint"]), str(info["stack_name"])
+
+
+def up(state_dir: Path = DEFAULT_STATE_DIR, *, timeout: float = 120.0, **options: Any) -> str:
+    """Start the stack in a background process; its endpoint URL once it serves."""
+    found = running(state_dir)
+    if found is not None:
+        return found[0]
+    state_dir = Path(state_dir).resolve()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "retrain.embedded.stack", "--state-dir", str(state_dir)]
+    if options.get("parameter_overrides"):
+        command += ["--parameters", json.dumps(options["parameter_overrides"])]
+    log = open(state_dir / "server.log", "a", encoding="utf-8")  # noqa: SIM115 - handed to the child
+    process = subprocess.Popen(command, stdout=log, stderr=log, cwd=str(REPO_ROOT), start_new_session=True)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = running(state_dir)
+        if found is not None:
+            return found[0]
+        if process.poll() is not None:
+            raise EmbeddedStackError(f"the embedded stack exited at start; see {state_dir / 'server.log'}")
+        time.sleep(0.2)
+    process.terminate()
+    raise EmbeddedStackError(
+        f"the embedded stack did not start in {timeout:.0f} s; see {state_dir / 'server.log'}"
+    )
+
+
+def down(state_dir: Path = DEFAULT_STATE_DIR, *, timeout: float = 120.0) -> bool:
+    """Stop the background stack (it saves its data first); False when none was running."""
+    path = _server_file(state_dir)
+    if running(state_dir) is None:
+        return False
+    pid = int(json.loads(path.read_text(encoding="utf-8"))["pid"])
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if _alive(pid):
+        raise EmbeddedStackError(f"the embedded stack (pid {pid}) did not stop in {timeout:.0f} s")
+    path.unlink(missing_ok=True)
+    return True
+
+
+@contextlib.contextmanager
+def _terminate_on_signal() -> Iterator[None]:
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m retrain.embedded.stack``: serve the stack until SIGTERM/SIGINT (what ``up`` starts)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+    parser.add_argument("--parameters", default="{}", help="template parameter overrides as JSON")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    faults = Faults.load(args.state_dir / "faults.json")
+    stack = EmbeddedStack(args.state_dir, parameter_overrides=json.loads(args.parameters), faults=faults)
+    with _terminate_on_signal():
+        try:
+            endpoint = stack.start()
+            _server_file(args.state_dir).write_text(
+                json.dumps({"pid": os.getpid(), "endpoint": endpoint, "stack_name": stack.stack_name}),
+                encoding="utf-8",
+            )
+            while True:
+                time.sleep(1.0)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            _server_file(args.state_dir).unlink(missing_ok=True)
+            stack.stop()
+
+
+if __name__ == "__main__":
+    main()
