@@ -258,6 +258,9 @@ def start(
     parallel_jobs: Annotated[int | None, typer.Option("--parallel-jobs", min=1)] = None,
     instance_type: Annotated[str | None, typer.Option("--instance-type", help="e.g. ml.g5.xlarge")] = None,
     epochs: Annotated[int | None, typer.Option("--epochs", min=1)] = None,
+    image_size: Annotated[int | None, typer.Option("--image-size", min=16)] = None,
+    batch_size: Annotated[int | None, typer.Option("--batch-size", min=1)] = None,
+    model: Annotated[str | None, typer.Option("--model", help="resnet18 | resnet34 | resnet50")] = None,
     spot: Annotated[bool | None, typer.Option("--spot/--no-spot", help="Managed spot training.")] = None,
     hyperparameter: Annotated[
         list[str] | None,
@@ -275,17 +278,26 @@ def start(
         parallel_jobs=parallel_jobs,
         instance_type=instance_type,
         epochs=epochs,
+        image_size=image_size,
+        batch_size=batch_size,
+        model=model,
         spot=spot,
         hyperparameters=parse_assignments(hyperparameter or [], "--hyperparameter"),
     )
     check_dataset_name(dataset)
     console = _console(json_output)
     with _deployment(stack, state_dir, read_only=False) as deployment:
-        arn = start_run(deployment, dataset, overrides)
+        arn, run_id = start_run(deployment, dataset, overrides)
         if not wait:
-            typer.echo(json.dumps({"execution_arn": arn}) if json_output else f"started {arn}")
+            typer.echo(
+                json.dumps({"run_id": run_id, "execution_arn": arn})
+                if json_output
+                else f"started run {run_id} ({arn}); follow it with `retrain status {run_id}`"
+            )
             return
-        record = wait_for_run(deployment, dataset, since="", execution_arn=arn, timeout_seconds=timeout * 60)
+        record = wait_for_run(
+            deployment, dataset, run_id=run_id, execution_arn=arn, timeout_seconds=timeout * 60
+        )
         record = follow(
             deployment, record, console=console, live=console.is_terminal, timeout_seconds=timeout * 60
         )

@@ -22,7 +22,7 @@ from rich.text import Text
 from controller import names, runs
 from retrain.collect import INTERRUPTED_STATUS
 from retrain.deployment import Deployment
-from retrain.errors import RetrainError
+from retrain.errors import RetrainError, RunFailedError
 
 POLL_SECONDS = 2.0
 _JOB_NAME_KEYS = {
@@ -224,22 +224,30 @@ def wait_for_run(
     deployment: Deployment,
     dataset: str,
     *,
-    since: str,
-    timeout_seconds: float,
+    since: str = "",
+    run_id: str | None = None,
     execution_arn: str | None = None,
+    timeout_seconds: float,
     poll_seconds: float = POLL_SECONDS,
     sleep: Callable[[float], None] = time.sleep,
 ) -> runs.RunRecord:
-    """The run of `dataset` created at or after `since` (or with this execution), once it exists."""
+    """The run with `run_id`, or else the first run of `dataset` created at or after `since`, once it
+    exists. An execution that ends before its first state recorded the run fails with its own cause."""
     table = deployment.output(names.STACK_OUTPUTS["runs_table"])
     deadline = time.monotonic() + timeout_seconds
     while True:
-        for record in runs.list_runs(table_name=table, dataset=dataset, client=deployment.client("dynamodb")):
-            if execution_arn is not None:
-                if record.get("execution_arn") == execution_arn:
-                    return record
-            elif record.get("created_at", "") >= since:
+        found = runs.list_runs(table_name=table, dataset=dataset, client=deployment.client("dynamodb"))
+        for record in reversed(found):
+            if record["run_id"] == run_id or (run_id is None and record.get("created_at", "") >= since):
                 return record
+        if execution_arn is not None:
+            execution = deployment.client("stepfunctions").describe_execution(executionArn=execution_arn)
+            if execution.get("status") in _TERMINAL_EXECUTION:
+                cause = f"{execution.get('error', '')}: {execution.get('cause', '')}".strip(": ")
+                raise RunFailedError(
+                    f"execution {execution_arn} ended {execution['status']} before it recorded a run: "
+                    f"{cause or 'no cause given'}"
+                )
         if time.monotonic() >= deadline:
             raise RetrainError(
                 f"no run of data set {dataset!r} started within {int(timeout_seconds)} s: check "

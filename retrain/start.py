@@ -1,5 +1,6 @@
 """Start a run by hand: StartExecution of the stack's state machine with the control plane's documented
-manual-start input (the state machine's first state validates it)."""
+manual-start input (`controller/prepare.py`; the state machine's first state validates it). The execution
+name becomes the run id."""
 
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ class Overrides:
     parallel_jobs: int | None = None
     instance_type: str | None = None
     epochs: int | None = None
+    image_size: int | None = None
+    batch_size: int | None = None
+    model: str | None = None
     spot: bool | None = None
     hyperparameters: dict[str, str] = field(default_factory=dict)
 
@@ -42,6 +46,9 @@ def start_input(dataset: str, overrides: Overrides) -> dict[str, Any]:
         "parallel_jobs": overrides.parallel_jobs,
         "instance_type": overrides.instance_type,
         "epochs": overrides.epochs,
+        "image_size": overrides.image_size,
+        "batch_size": overrides.batch_size,
+        "model": overrides.model,
         "spot": overrides.spot,
     }
     settings: dict[str, Any] = {k: v for k, v in chosen.items() if v is not None}
@@ -57,12 +64,13 @@ def execution_name(dataset: str, now: datetime | None = None) -> str:
     return f"manual-{dataset}-{stamp}"[:80]
 
 
-def start_run(deployment: Deployment, dataset: str, overrides: Overrides) -> str:
-    """The new execution's ARN."""
+def start_run(deployment: Deployment, dataset: str, overrides: Overrides) -> tuple[str, str]:
+    """The new execution's ARN and the run id (its name)."""
     sfn = deployment.client("stepfunctions")
+    name = execution_name(dataset)
     response = sfn.start_execution(
         stateMachineArn=deployment.output(names.STACK_OUTPUTS["state_machine"]),
-        name=execution_name(dataset),
+        name=name,
         input=json.dumps(start_input(dataset, overrides)),
     )
-    return str(response["executionArn"])
+    return str(response["executionArn"]), name

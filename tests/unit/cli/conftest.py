@@ -50,6 +50,11 @@ def aws() -> Iterator[None]:
 
 @pytest.fixture
 def stack(aws: None) -> FakeStack:
+    return make_stack()
+
+
+def make_stack() -> FakeStack:
+    """Create the stack's resources and Outputs in the moto account that is active now."""
     s3 = boto3.client("s3")
     dynamodb = boto3.client("dynamodb")
     for bucket in ("retrain-data-test", "retrain-artifacts-test"):

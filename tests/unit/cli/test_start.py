@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+import json
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from controller.prepare import parse_request
+from retrain.deployment import connect
+from retrain.errors import RunFailedError
+from retrain.follow import wait_for_run
+from retrain.start import Overrides, parse_assignments, start_input
+from tests.unit.cli.conftest import make_stack
+
+
+def test_the_manual_input_is_what_the_control_plane_accepts():
+    # GIVEN every override the CLI offers
+    overrides = Overrides(
+        max_jobs=4, parallel_jobs=2, instance_type="ml.g5.2xlarge", epochs=3, image_size=64, batch_size=16,
+        model="resnet34", spot=False, hyperparameters=parse_assignments(["lr=0.01", "optimizer=sgd"], "-H"),
+    )  # fmt: skip
+    # WHEN the CLI's StartExecution input is parsed by the state machine's first state
+    request = parse_request(json.loads(json.dumps(start_input("flowers", overrides))))
+    # THEN it is valid and carries each override
+    assert request.dataset == "flowers" and request.trigger == "manual"
+    assert request.overrides.max_jobs == 4 and request.overrides.model == "resnet34"
+    assert request.overrides.spot is False
+    assert request.overrides.hyperparameters == {"lr": "0.01", "optimizer": "sgd"}
+
+
+def test_no_overrides_sends_only_the_dataset():
+    assert start_input("flowers", Overrides()) == {"dataset": "flowers", "trigger": "manual"}
+
+
+def test_an_execution_that_fails_before_recording_a_run_fails_with_its_cause():
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        stack = make_stack()
+        # GIVEN an execution that failed in its first state (e.g. the data set's lock was held)
+        sfn = boto3.client("stepfunctions")
+        role = boto3.client("iam").get_role(RoleName="retrain-sfn")["Role"]["Arn"]
+        fail = {"Type": "Fail", "Error": "DatasetBusy", "Cause": "run r1 is active"}
+        definition = json.dumps({"StartAt": "Prepare", "States": {"Prepare": fail}})
+        machine = sfn.create_state_machine(name="failing", definition=definition, roleArn=role)
+        arn = sfn.start_execution(stateMachineArn=machine["stateMachineArn"], name="manual-x")["executionArn"]
+        # WHEN the CLI waits for its run
+        with pytest.raises(RunFailedError) as raised:
+            wait_for_run(connect(stack.name), "pets", run_id="manual-x", execution_arn=arn, timeout_seconds=30,
+                         poll_seconds=0.1)  # fmt: skip
+    # THEN it stops with the execution's error and cause
+    assert "ended FAILED before it recorded a run: DatasetBusy: run r1 is active" in str(raised.value)
