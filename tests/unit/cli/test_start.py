@@ -45,7 +45,9 @@ def test_an_execution_that_fails_before_recording_a_run_fails_with_its_cause():
         arn = sfn.start_execution(stateMachineArn=machine["stateMachineArn"], name="manual-x")["executionArn"]
         # WHEN the CLI waits for its run
         with pytest.raises(RunFailedError) as raised:
-            wait_for_run(connect(stack.name), "pets", run_id="manual-x", execution_arn=arn, timeout_seconds=30,
-                         poll_seconds=0.1)  # fmt: skip
+            deployment = connect(stack.name)
+            wait_for_run(
+                deployment, "pets", run_id="manual-x", execution_arn=arn, timeout_seconds=30, poll_seconds=0.1
+            )
     # THEN it stops with the execution's error and cause
     assert "ended FAILED before it recorded a run: DatasetBusy: run r1 is active" in str(raised.value)
