@@ -51,7 +51,7 @@ def scan_folders(root: Path) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
     for label_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
         for file in sorted(label_dir.rglob("*")):
-            if file.is_file() and is_image_name(file.name):
+            if is_image_name(file.name) and not file.is_dir():  # a dangling link is counted as unreadable
                 found.append((file.relative_to(root).as_posix(), label_dir.name))
     return found
 

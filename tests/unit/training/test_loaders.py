@@ -1,0 +1,138 @@
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import data
+import loaders
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from tests.unit.training.conftest import write_images
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture
+def samples(tmp_path: Path) -> list[data.Sample]:
+    write_images(tmp_path, {"cat": 7, "dog": 6}, size=(30, 22))
+    return data.load_dataset(tmp_path, val_fraction=0.0).train
+
+
+def build(samples: list[data.Sample], **overrides: object) -> loaders.Loader:
+    options: dict[str, object] = {
+        "train": True,
+        "batch_size": 4,
+        "image_size": 16,
+        "augment_load": 3,
+        "seed": 5,
+        "num_workers": 0,
+        "device": CPU,
+    }
+    options.update(overrides)
+    return loaders.build_loader("torch", samples, **options)  # type: ignore[arg-type]
+
+
+def test_batches_are_normalised_nchw_with_int64_labels(samples: list[data.Sample]) -> None:
+    images, labels = next(iter(build(samples).epoch(0)))
+    assert images.shape == (4, 3, 16, 16)
+    assert images.dtype == torch.float32
+    assert labels.dtype == torch.int64
+    assert len(build(samples)) == 3  # 13 samples, global batch 4, last partial batch dropped
+
+
+def test_starting_mid_epoch_yields_the_same_batches_as_the_uninterrupted_epoch(
+    samples: list[data.Sample],
+) -> None:
+    # GIVEN a whole epoch WHEN the same epoch starts at batch 1 THEN it yields the same remaining batches
+    whole = list(build(samples).epoch(2))
+    resumed = list(build(samples).epoch(2, start_batch=1))
+    assert len(resumed) == 2
+    assert all(
+        torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(whole[1:], resumed, strict=True)
+    )
+
+
+def test_augmentations_do_not_depend_on_worker_processes(samples: list[data.Sample]) -> None:
+    # GIVEN the same epoch decoded in-process and by two worker processes THEN the tensors are equal
+    inline = list(build(samples).epoch(1))
+    workers = list(build(samples, num_workers=2).epoch(1))
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(inline, workers, strict=True))
+
+
+def test_epochs_see_different_orders_and_augmentations(samples: list[data.Sample]) -> None:
+    first, second = next(iter(build(samples).epoch(0))), next(iter(build(samples).epoch(1)))
+    assert not torch.equal(first[0], second[0])
+
+
+def test_evaluation_is_deterministic_and_keeps_every_sample(samples: list[data.Sample]) -> None:
+    evaluation = build(samples, train=False)
+    batches = list(evaluation.epoch(0))
+    assert sum(len(labels) for _, labels in batches) == len(samples)
+    assert torch.equal(batches[0][0], next(iter(evaluation.epoch(3)))[0])
+
+
+def test_loader_state_round_trips_and_refuses_other_data(samples: list[data.Sample]) -> None:
+    # GIVEN a loader that served two batches of epoch 1
+    loader = build(samples)
+    iterator = loader.epoch(1)
+    next(iterator)
+    next(iterator)
+    state = loader.state_dict()
+    # WHEN its state loads into a fresh loader THEN the position carries over
+    fresh = build(samples)
+    fresh.load_state_dict(state)
+    assert fresh.state_dict() == state
+    assert (state["epoch"], state["next_batch"]) == (1, 2)
+    # AND a loader over other data or another seed refuses it
+    with pytest.raises(ValueError, match="the data or seed changed"):
+        build(samples[:-1]).load_state_dict(state)
+    with pytest.raises(ValueError, match="the data or seed changed"):
+        build(samples, seed=6).load_state_dict(state)
+
+
+def test_random_resized_crop_stays_inside_the_image_within_the_ranges() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        left, top, right, bottom = loaders.random_resized_crop_box(40, 30, rng)
+        assert 0 <= left < right <= 40
+        assert 0 <= top < bottom <= 30
+        area = (right - left) * (bottom - top) / (40 * 30)
+        ratio = (right - left) / (bottom - top)
+        assert area <= loaders.CROP_SCALE[1] + 1e-9
+        assert ratio <= loaders.CROP_RATIO[1] * 1.2 and ratio >= loaders.CROP_RATIO[0] / 1.2
+        assert math.isfinite(area)
+
+
+def test_eval_transform_center_crops_after_resizing_the_shorter_side() -> None:
+    # GIVEN a wide image whose left and right thirds are black and middle white
+    pixels = np.zeros((70, 210, 3), dtype=np.uint8)
+    pixels[:, 70:140] = 255
+    # WHEN transformed for evaluation at 56 px (shorter side to 64, center 56 crop)
+    tensor = loaders.eval_transform(Image.fromarray(pixels), 56)
+    # THEN the crop is the white middle, normalised
+    assert tensor.shape == (3, 56, 56)
+    white = (1 - torch.tensor(loaders.IMAGENET_MEAN)) / torch.tensor(loaders.IMAGENET_STD)
+    torch.testing.assert_close(tensor[:, 28, 28], white)
+
+
+def test_auto_picks_the_dataloader_without_a_gpu() -> None:
+    assert loaders.resolve_kind("auto", CPU) == "torch"
+    assert loaders.resolve_kind("dali", CPU) == "dali"
+
+
+def test_unknown_loader_kind_is_refused(samples: list[data.Sample]) -> None:
+    with pytest.raises(ValueError, match="use torch, dali or auto"):
+        loaders.build_loader(
+            "ffcv",
+            samples,
+            train=True,
+            batch_size=4,
+            image_size=16,
+            augment_load=1,
+            seed=0,
+            num_workers=0,
+            device=CPU,
+        )
