@@ -343,7 +343,7 @@ def prepare(
         client=dynamodb,
     )
     logger.info("run prepared", extra={"dataset": dataset, "run_id": run_id, "images": summary["size"]})
-    return run
+    return {"run": run}
 
 
 def _hp(value: str | int | float | bool) -> str:

@@ -75,9 +75,9 @@ def create_tables(dynamodb: Any, aws: Aws) -> None:
     )
 
 
-def moto_aws() -> Iterator[Aws]:
-    """Start moto and make the resources; yields the clients."""
-    with mock_aws():
+def moto_aws(config: dict[str, Any] | None = None) -> Iterator[Aws]:
+    """Start moto (with `config`) and make the resources; yields the clients."""
+    with mock_aws(config=config) if config else mock_aws():
         region = "us-east-1"
         aws = Aws(
             s3=boto3.client("s3", region_name=region),

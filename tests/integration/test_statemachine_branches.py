@@ -1,0 +1,564 @@
+"""Every branch of statemachine/training.asl.json, executed by moto's ASL interpreter.
+
+The Lambda steps are this project's functions (run in-process by the installed invoker); SageMaker and
+FSx are answered at the service boundary by scripted doubles (their jobs "run" by writing the output files
+the real containers write), through retrain.embedded.integrations.
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+import json
+import time
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+
+from controller import (
+    best_candidate,
+    datasets,
+    finalize,
+    gate,
+    import_report,
+    ledger,
+    names,
+    prepare,
+    record_failure,
+    register,
+    runs,
+)
+from controller.config import Config
+from retrain.embedded.integrations import installed
+from tests.unit.functions.support import Aws, make_config, moto_aws, object_created, sqs_event
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+ASL = REPO / "statemachine" / "training.asl.json"
+ACCOUNT = "123456789012"
+FUNCTIONS = (
+    "PrepareRunFunction",
+    "ImportReportFunction",
+    "PickBestCandidateFunction",
+    "GateFunction",
+    "RegisterModelFunction",
+    "FinalizeRunFunction",
+    "RecordFailureFunction",
+)
+EPOCH = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+
+
+def client_error(code: str, message: str, operation: str) -> ClientError:
+    return ClientError(
+        {"Error": {"Code": code, "Message": message}, "ResponseMetadata": {"HTTPStatusCode": 400}}, operation
+    )
+
+
+@dataclass
+class Script:
+    """What the scripted services answer: accuracies, rule verdicts, failures."""
+
+    challenger_top1: float = 0.9
+    champion_top1: float = 0.8
+    rule_status: str = "NoIssuesFound"
+    final_training: str = "Completed"
+    throttle_tuning: int = 0
+    import_lifecycle: str = "SUCCEEDED"
+
+
+@dataclass
+class ScriptedSageMaker:
+    """SageMaker at the service boundary: jobs complete after one describe and leave their outputs in S3."""
+
+    s3: Any
+    script: Script
+    requests: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def _record(self, kind: str, request: dict[str, Any]) -> None:
+        self.requests.setdefault(kind, []).append(request)
+
+    def _put(self, uri: str, body: Any) -> None:
+        bucket, _, key = uri[len("s3://") :].partition("/")
+        self.s3.put_object(Bucket=bucket, Key=key, Body=json.dumps(body).encode())
+
+    def create_hyper_parameter_tuning_job(self, **request: Any) -> dict[str, Any]:
+        if self.script.throttle_tuning > 0:
+            self.script.throttle_tuning -= 1
+            raise client_error("ThrottlingException", "Rate exceeded", "CreateHyperParameterTuningJob")
+        self._record("tuning", request)
+        name = request["HyperParameterTuningJobName"]
+        output = request["TrainingJobDefinition"]["OutputDataConfig"]["S3OutputPath"]
+        trials = []
+        for i, lr in enumerate(("0.01", "0.05")):
+            trial = f"{name}-{i + 1:03d}-abcd"
+            trials.append(trial)
+            self.jobs[trial] = {
+                "TrainingJobName": trial,
+                "TrainingJobStatus": "Completed",
+                "HyperParameters": {**request["TrainingJobDefinition"]["StaticHyperParameters"], "lr": lr},
+                "ModelArtifacts": {"S3ModelArtifacts": f"{output}{trial}/output/model.tar.gz"},
+                "TrainingTimeInSeconds": 100,
+                "BillableTimeInSeconds": 30,
+                "CreationTime": EPOCH,
+            }
+        self.jobs[name] = {"trials": trials, "best": trials[1]}
+        return {
+            "HyperParameterTuningJobArn": f"arn:aws:sagemaker:us-east-1:{ACCOUNT}:hyper-parameter-tuning-job/{name}"
+        }
+
+    def describe_hyper_parameter_tuning_job(self, **request: Any) -> dict[str, Any]:
+        name = request["HyperParameterTuningJobName"]
+        best = self.jobs[name]["best"]
+        return {
+            "HyperParameterTuningJobName": name,
+            "HyperParameterTuningJobStatus": "Completed",
+            "CreationTime": EPOCH,
+            "BestTrainingJob": {
+                "TrainingJobName": best,
+                "TunedHyperParameters": {"lr": "0.05", "optimizer": '"adamw"', "weight-decay": "0.0001"},
+                "FinalHyperParameterTuningJobObjectiveMetric": {"MetricName": "val-accuracy", "Value": 0.91},
+                "TrainingJobStatus": "Completed",
+                "CreationTime": EPOCH,
+            },
+        }
+
+    def list_training_jobs_for_hyper_parameter_tuning_job(self, **request: Any) -> dict[str, Any]:
+        trials = self.jobs[request["HyperParameterTuningJobName"]]["trials"]
+        return {
+            "TrainingJobSummaries": [{"TrainingJobName": t, "TrainingJobStatus": "Completed"} for t in trials]
+        }
+
+    def create_training_job(self, **request: Any) -> dict[str, Any]:
+        self._record("training", request)
+        name = request["TrainingJobName"]
+        failed = self.script.final_training == "Failed"
+        self.jobs[name] = {
+            "TrainingJobName": name,
+            "TrainingJobStatus": self.script.final_training,
+            "HyperParameters": request["HyperParameters"],
+            "ModelArtifacts": {
+                "S3ModelArtifacts": f"{request['OutputDataConfig']['S3OutputPath']}{name}/output/model.tar.gz"
+            },
+            "TrainingTimeInSeconds": 200,
+            "BillableTimeInSeconds": 60,
+            "CreationTime": EPOCH,
+            **({"FailureReason": "AlgorithmError: loss became NaN at step 40"} if failed else {}),
+        }
+        return {"TrainingJobArn": f"arn:aws:sagemaker:us-east-1:{ACCOUNT}:training-job/{name}"}
+
+    def describe_training_job(self, **request: Any) -> dict[str, Any]:
+        name = request["TrainingJobName"]
+        if name not in self.jobs:
+            raise client_error(
+                "ValidationException", f"Requested resource not found: {name}", "DescribeTrainingJob"
+            )
+        return dict(self.jobs[name])
+
+    def create_processing_job(self, **request: Any) -> dict[str, Any]:
+        self._record("processing", request)
+        name = request["ProcessingJobName"]
+        output = request["ProcessingOutputConfig"]["Outputs"][0]["S3Output"]["S3Uri"].rstrip("/")
+        entry = request["AppSpecification"]["ContainerEntrypoint"][-1]
+        if entry.endswith("rule_check.py"):
+            self._put(
+                f"{output}/rule_results.json",
+                [
+                    {
+                        "rule": "LossNotDecreasing",
+                        "status": self.script.rule_status,
+                        "step": 40,
+                        "detail": "",
+                    },
+                    {"rule": "VanishingGradient", "status": "NoIssuesFound", "step": 40, "detail": ""},
+                ],
+            )
+        else:
+            top1 = self.script.champion_top1 if name.endswith("champion") else self.script.challenger_top1
+            self._put(f"{output}/evaluation.json", {"top1": top1, "top3": 1.0, "labels": ["a", "b"]})
+        self.jobs[name] = {
+            "ProcessingJobName": name,
+            "ProcessingJobStatus": "Completed",
+            "CreationTime": EPOCH,
+        }
+        return {"ProcessingJobArn": f"arn:aws:sagemaker:us-east-1:{ACCOUNT}:processing-job/{name}"}
+
+    def describe_processing_job(self, **request: Any) -> dict[str, Any]:
+        return dict(self.jobs[request["ProcessingJobName"]])
+
+
+@dataclass
+class ScriptedFsx:
+    """FSx at the service boundary: a task runs for one describe, then ends as scripted."""
+
+    s3: Any
+    script: Script
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    describes: int = 0
+
+    def create_data_repository_task(self, **request: Any) -> dict[str, Any]:
+        self.requests.append(request)
+        return {"DataRepositoryTask": {"TaskId": "task-0123456789abcdef0", "Lifecycle": "PENDING"}}
+
+    def describe_data_repository_tasks(self, **request: Any) -> dict[str, Any]:
+        self.describes += 1
+        report = self.requests[-1]["Report"]
+        task: dict[str, Any] = {
+            "TaskId": "task-0123456789abcdef0",
+            "Lifecycle": "EXECUTING" if self.describes == 1 else self.script.import_lifecycle,
+            "Type": "IMPORT_METADATA_FROM_REPOSITORY",
+            "FileSystemId": self.requests[-1]["FileSystemId"],
+            "Report": report,
+            "Status": {"TotalCount": 4, "SucceededCount": 3, "FailedCount": 1},
+        }
+        if task["Lifecycle"] == "FAILED":
+            task["FailureDetails"] = {"Message": "1 file could not be imported"}
+            bucket, _, prefix = report["Path"][len("s3://") :].partition("/")
+            self.s3.put_object(
+                Bucket=bucket,
+                Key=f"{prefix}/task-0123456789abcdef0/failures.csv",
+                Body=b"data/flowers/daisy/a.jpg,FAILED,Access denied\n",
+            )
+        return {"DataRepositoryTasks": [task]}
+
+    def describe_file_systems(self, **request: Any) -> dict[str, Any]:
+        return {"FileSystems": []}
+
+    def mount_path(self, file_system_id: str, directory_path: str) -> Path:
+        raise NotImplementedError("no job mounts the file system in these tests")
+
+
+def _zip() -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("index.py", "def handler(event, context):\n    return event\n")
+    return buffer.getvalue()
+
+
+@dataclass
+class Harness:
+    aws: Aws
+    config: Config
+    sagemaker: ScriptedSageMaker
+    fsx: ScriptedFsx
+    script: Script
+    state_machine_arn: str
+
+    def invoke(self, function_name: str, payload: dict[str, Any]) -> Any:
+        """The Lambda runtime: the handler's plain function with moto clients and the scripted SageMaker."""
+        a, c = self.aws, self.config
+        if function_name == "PrepareRunFunction":
+            return prepare.prepare(payload, config=c, dynamodb=a.dynamodb, s3=a.s3)
+        if function_name == "ImportReportFunction":
+            return import_report.read_report(payload, s3=a.s3)
+        if function_name == "PickBestCandidateFunction":
+            return best_candidate.pick(payload, config=c, dynamodb=a.dynamodb, sagemaker=self.sagemaker)  # type: ignore[arg-type]
+        if function_name == "GateFunction":
+            return gate.gate(payload, config=c, dynamodb=a.dynamodb, s3=a.s3)
+        if function_name == "RegisterModelFunction":
+            return register.register(payload, config=c, dynamodb=a.dynamodb, sagemaker=a.sagemaker)
+        if function_name == "FinalizeRunFunction":
+            return finalize.finalize(
+                payload,
+                config=c,
+                dynamodb=a.dynamodb,
+                s3=a.s3,
+                sagemaker=self.sagemaker,
+                sfn=None,  # type: ignore[arg-type]
+            )
+        if function_name == "RecordFailureFunction":
+            return record_failure.record_failure(payload, config=c, dynamodb=a.dynamodb)
+        raise AssertionError(f"unexpected function {function_name}")
+
+    def upload(self, *keys: str) -> None:
+        bodies = [
+            object_created(REPO / "tests" / "events", key, sequencer=f"{i + 1:018X}")
+            for i, key in enumerate(keys)
+        ]
+        from controller import ingest
+
+        ingest.ingest(sqs_event(bodies), config=self.config, dynamodb=self.aws.dynamodb)
+
+    def run(self, run_input: dict[str, Any], name: str = "flowers-00001") -> dict[str, Any]:
+        execution = self.aws.sfn.start_execution(
+            stateMachineArn=self.state_machine_arn, name=name, input=json.dumps(run_input)
+        )["executionArn"]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            described: dict[str, Any] = self.aws.sfn.describe_execution(executionArn=execution)
+            if described["status"] != "RUNNING":
+                return described
+            time.sleep(0.1)
+        raise AssertionError("the execution did not finish within 60 s")
+
+    def record(self, run_id: str = "flowers-00001") -> runs.RunRecord:
+        got = runs.get_run("flowers", run_id, table_name=self.aws.runs_table, client=self.aws.dynamodb)
+        assert got is not None
+        return got
+
+    def lock(self) -> Any:
+        return datasets.get("flowers", table_name=self.aws.datasets_table, client=self.aws.dynamodb).get(
+            names.LOCK_ATTRIBUTE
+        )
+
+
+SETTINGS = {
+    "training_image": f"{ACCOUNT}.dkr.ecr.us-east-1.amazonaws.com/retrain:latest",
+    "instance_type": "ml.g5.xlarge",
+    "instance_count": 1,
+    "evaluation_instance_type": "ml.m5.xlarge",
+    "epochs": 2,
+    "spot": True,
+    "max_runtime_seconds": 600,
+    "max_wait_seconds": 1200,
+    "final_training": True,
+    "max_jobs": 2,
+    "parallel_jobs": 1,
+    "data_source": "fsx",
+    "file_system_id": "fs-0123456789abcdef0",
+    "file_system_mount_name": "abcdefgh",
+    "subnets": "subnet-1",
+    "security_groups": "sg-1",
+    "import_poll_seconds": 0,
+    "import_max_polls": 5,
+    "debugger_mode": "open",
+}
+
+
+@pytest.fixture
+def harness() -> Iterator[Harness]:
+    for aws in moto_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        base = make_config(aws)
+        config = Config(
+            **{
+                **base.__dict__,
+                "settings": SETTINGS,
+                "min_accuracy": 0.5,
+                "min_improvement": 0.01,
+            }
+        )
+        role = "arn:aws:iam::123456789012:role/retrain-states"
+        lam = boto3.client("lambda", region_name="us-east-1")
+        substitutions = {
+            "SageMakerRoleArn": config.sagemaker_role_arn,
+            "NotificationTopicArn": aws.topic_arn,
+            "DebuggerRuleImage": "503895931360.dkr.ecr.us-east-1.amazonaws.com/sagemaker-debugger-rules:latest",
+        }
+        for function in FUNCTIONS:
+            arn = lam.create_function(
+                FunctionName=function,
+                Runtime="python3.13",
+                Role=role,
+                Handler="index.handler",
+                Code={"ZipFile": _zip()},
+            )["FunctionArn"]
+            substitutions[f"{function}Arn"] = arn
+        definition = ASL.read_text()
+        for key, value in substitutions.items():
+            definition = definition.replace("${" + key + "}", value)
+        assert "${" not in definition, "the ASL names a substitution the template does not provide"
+        arn = aws.sfn.create_state_machine(name="retrain-training-test", definition=definition, roleArn=role)[
+            "stateMachineArn"
+        ]
+        script = Script()
+        h = Harness(aws, config, ScriptedSageMaker(aws.s3, script), ScriptedFsx(aws.s3, script), script, arn)
+        h.upload(
+            "data/flowers/daisy/a.jpg",
+            "data/flowers/daisy/b.jpg",
+            "data/flowers/tulip/c.png",
+            "data/flowers/tulip/d.png",
+        )
+        with installed(lambda_invoker=h.invoke, sagemaker=h.sagemaker, fsx=h.fsx):
+            yield h
+
+
+def _pending(h: Harness) -> int:
+    return ledger.pending_stats("flowers", table_name=h.aws.ledger_table, client=h.aws.dynamodb).count
+
+
+def test_success_imports_tunes_trains_checks_evaluates_registers_and_finalizes(harness: Harness) -> None:
+    # GIVEN four pending uploads of a data set with no champion
+    # WHEN a run executes
+    result = harness.run({"dataset": "flowers"})
+    # THEN it succeeds and the run record tells the whole story
+    assert result["status"] == "SUCCEEDED", result
+    record = harness.record()
+    assert record["status"] == "SUCCEEDED"
+    assert record["gate"]["decision"] == "accepted"
+    assert record["model_package_arn"].startswith("arn:aws:sagemaker:")
+    assert record["manifest_size"] == 4 and record["new_images"] == 4
+    assert record["best_hyperparameters"]["optimizer"] == "adamw"  # JSON-quoted tuned value unquoted
+    assert (record["training_seconds"], record["billable_seconds"]) == (400, 120)
+    assert record["spot_saving"] == pytest.approx(0.7)
+    # AND the import covered the new label prefixes only, with a token and a report
+    [task] = harness.fsx.requests
+    assert task["Type"] == "IMPORT_METADATA_FROM_REPOSITORY"
+    assert task["Paths"] == ["s3://retrain-data/data/flowers/daisy/", "s3://retrain-data/data/flowers/tulip/"]
+    assert task["ClientRequestToken"] == "flowers-00001" and task["Report"]["Enabled"] is True
+    # AND tuning was Bayesian with early stopping, spot, checkpoints, FSx input, isolation, no warm start
+    [tuning] = harness.sagemaker.requests["tuning"]
+    config = tuning["HyperParameterTuningJobConfig"]
+    assert (config["Strategy"], config["TrainingJobEarlyStoppingType"]) == ("Bayesian", "Auto")
+    definition = tuning["TrainingJobDefinition"]
+    assert definition["EnableManagedSpotTraining"] is True
+    assert definition["StoppingCondition"] == {"MaxRuntimeInSeconds": 600, "MaxWaitTimeInSeconds": 1200}
+    assert (
+        definition["InputDataConfig"][0]["DataSource"]["FileSystemDataSource"]["DirectoryPath"]
+        == "/abcdefgh/data/flowers"
+    )
+    assert definition["EnableNetworkIsolation"] and definition["EnableInterContainerTrafficEncryption"]
+    assert "WarmStartConfig" not in tuning
+    # AND the final training used the best hyperparameters
+    [training] = harness.sagemaker.requests["training"]
+    assert training["HyperParameters"]["lr"] == "0.05" and training["HyperParameters"]["epochs"] == "2"
+    # AND the images are marked trained and the lock is released
+    assert _pending(harness) == 0
+    assert harness.lock() is None
+
+
+def test_a_second_run_warm_starts_from_the_last_tuning_job(harness: Harness) -> None:
+    # GIVEN a first run that tuned
+    assert harness.run({"dataset": "flowers"})["status"] == "SUCCEEDED"
+    first_tuning = harness.record()["tuning_job"]
+    # WHEN new images arrive and a second run executes
+    harness.upload("data/flowers/rose/e.jpg")
+    result = harness.run({"dataset": "flowers"}, name="flowers-00002")
+    # THEN its tuning job warm-starts from the first one, and the new champion is challenged
+    assert result["status"] == "SUCCEEDED", result
+    second = harness.sagemaker.requests["tuning"][-1]
+    assert second["WarmStartConfig"]["ParentHyperParameterTuningJobs"] == [
+        {"HyperParameterTuningJobName": first_tuning}
+    ]
+    assert any(r["ProcessingJobName"].endswith("champion") for r in harness.sagemaker.requests["processing"])
+
+
+def test_gate_rejects_a_challenger_that_does_not_beat_the_champion(harness: Harness) -> None:
+    # GIVEN a champion at 0.80 and a challenger that scores 0.805 (MinImprovement 0.01)
+    harness.aws.dynamodb.put_item(
+        TableName=harness.aws.datasets_table,
+        Item=runs.serialize(
+            {"dataset": "flowers", "champion": {"model_data": "s3://retrain-artifacts/old/model.tar.gz"}}
+        ),
+    )
+    harness.script.challenger_top1 = 0.805
+    # WHEN the run executes
+    result = harness.run({"dataset": "flowers"})
+    # THEN the execution completes, the run is REJECTED with the reason, and nothing is registered
+    assert result["status"] == "SUCCEEDED", result
+    record = harness.record()
+    assert record["status"] == "REJECTED"
+    assert "does not beat the champion's 0.8000" in record["gate"]["reason"]
+    assert "model_package_arn" not in record
+    assert record["champion"]["top1"] == 0.8
+    assert harness.lock() is None and _pending(harness) == 0
+
+
+def test_a_rule_that_found_issues_blocks_the_model(harness: Harness) -> None:
+    # GIVEN rule_check.py reports LossNotDecreasing found issues
+    harness.script.rule_status = "IssuesFound"
+    # WHEN the run executes
+    result = harness.run({"dataset": "flowers"})
+    # THEN the run is rejected, blocked by that rule, and nothing is registered
+    assert result["status"] == "SUCCEEDED", result
+    record = harness.record()
+    assert record["status"] == "REJECTED" and record["rules_blocked"] is True
+    assert "LossNotDecreasing" in record["gate"]["reason"]
+    assert "model_package_arn" not in record
+
+
+def test_a_failed_import_fails_the_run_with_the_report_and_releases_the_lock(harness: Harness) -> None:
+    # GIVEN the FSx import task fails, with a completion report listing a failed file
+    harness.script.import_lifecycle = "FAILED"
+    # WHEN the run executes
+    result = harness.run({"dataset": "flowers"})
+    # THEN it fails before any SageMaker job, the record quotes the report, the lock is free,
+    # and the uploads are still pending for a later run
+    assert result["status"] == "FAILED"
+    record = harness.record()
+    assert record["status"] == "FAILED"
+    assert record["failure"]["error"] == "ImportFailedError"
+    assert "Access denied" in record["failure"]["cause"]
+    assert harness.sagemaker.requests == {}
+    assert harness.lock() is None and _pending(harness) == 4
+
+
+def test_a_failed_training_job_fails_the_run_with_its_reason(harness: Harness) -> None:
+    # GIVEN the final training job fails
+    harness.script.final_training = "Failed"
+    # WHEN the run executes
+    result = harness.run({"dataset": "flowers"})
+    # THEN the run is FAILED with SageMaker's reason, the lock is released, and the images stay pending
+    assert result["status"] == "FAILED"
+    record = harness.record()
+    assert record["status"] == "FAILED"
+    assert "loss became NaN" in record["failure"]["cause"]
+    assert harness.lock() is None and _pending(harness) == 4
+    not_before = datasets.get("flowers", table_name=harness.aws.datasets_table, client=harness.aws.dynamodb)[
+        "not_before"
+    ]
+    assert not_before > record["finished_at"]
+
+
+def test_throttled_tuning_is_retried_and_the_run_recovers(harness: Harness) -> None:
+    # GIVEN SageMaker throttles the first CreateHyperParameterTuningJob
+    harness.script.throttle_tuning = 1
+    # WHEN the run executes
+    result = harness.run({"dataset": "flowers"})
+    # THEN the retry succeeds and so does the run
+    assert result["status"] == "SUCCEEDED", result
+    assert harness.script.throttle_tuning == 0
+    assert len(harness.sagemaker.requests["tuning"]) == 1
+    assert harness.record()["status"] == "SUCCEEDED"
+
+
+def test_fixed_hyperparameters_skip_tuning(harness: Harness) -> None:
+    # GIVEN a manual start with fixed hyperparameters and the S3 data source
+    run_input = {
+        "dataset": "flowers",
+        "overrides": {"hyperparameters": {"lr": 0.02}, "data_source": "s3", "spot": False},
+    }
+    # WHEN it executes
+    result = harness.run(run_input, name="manual-1")
+    # THEN no tuning job or FSx import ran; one training job used FastFile from S3 and no MaxWait
+    assert result["status"] == "SUCCEEDED", result
+    assert "tuning" not in harness.sagemaker.requests and harness.fsx.requests == []
+    [training] = harness.sagemaker.requests["training"]
+    assert training["HyperParameters"]["lr"] == "0.02"
+    assert training["InputDataConfig"][0]["InputMode"] == "FastFile"
+    assert training["StoppingCondition"] == {"MaxRuntimeInSeconds": 600}
+
+
+def test_an_invalid_input_fails_in_the_first_state_with_a_clear_error(harness: Harness) -> None:
+    # GIVEN an input with a bad data set name and an unknown override
+    result = harness.run({"dataset": "no such/set", "overrides": {"gpus": 8}}, name="bad-input")
+    # THEN the execution fails, naming both problems, and no lock was taken
+    assert result["status"] == "FAILED"
+    history = harness.aws.sfn.get_execution_history(executionArn=result["executionArn"])["events"]
+    failed = [e for e in history if e["type"] == "LambdaFunctionFailed" or e["type"] == "TaskFailed"]
+    cause = json.dumps([e for e in history if "Failed" in e["type"]], default=str)
+    assert failed and "InvalidRunInputError" in cause
+    assert "dataset" in cause and "gpus" in cause
+    assert harness.lock() is None
+
+
+def test_a_manual_start_while_a_run_is_active_is_refused(harness: Harness) -> None:
+    # GIVEN the data set's lock is held by another run
+    datasets.acquire(
+        "flowers",
+        "flowers-00001",
+        "2026-01-01T00:00:00Z",
+        table_name=harness.aws.datasets_table,
+        client=harness.aws.dynamodb,
+    )
+    # WHEN a manual run starts
+    result = harness.run({"dataset": "flowers"}, name="manual-2")
+    # THEN it fails with DatasetBusyError and the other run keeps the lock
+    assert result["status"] == "FAILED"
+    assert harness.lock() == "flowers-00001"
