@@ -52,6 +52,7 @@ FUNCTIONS = (
     "FinalizeRunFunction",
     "RecordFailureFunction",
 )
+RULE_ACCOUNT = "503895931360"
 EPOCH = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 
 
@@ -111,7 +112,8 @@ class ScriptedSageMaker:
             }
         self.jobs[name] = {"trials": trials, "best": trials[1]}
         return {
-            "HyperParameterTuningJobArn": f"arn:aws:sagemaker:us-east-1:{ACCOUNT}:hyper-parameter-tuning-job/{name}"
+            "HyperParameterTuningJobArn": f"arn:aws:sagemaker:us-east-1:{ACCOUNT}:"
+            f"hyper-parameter-tuning-job/{name}"
         }
 
     def describe_hyper_parameter_tuning_job(self, **request: Any) -> dict[str, Any]:
@@ -349,7 +351,7 @@ def harness() -> Iterator[Harness]:
         substitutions = {
             "SageMakerRoleArn": config.sagemaker_role_arn,
             "NotificationTopicArn": aws.topic_arn,
-            "DebuggerRuleImage": "503895931360.dkr.ecr.us-east-1.amazonaws.com/sagemaker-debugger-rules:latest",
+            "DebuggerRuleImage": f"{RULE_ACCOUNT}.dkr.ecr.us-east-1.amazonaws.com/sagemaker-debugger-rules",
         }
         for function in FUNCTIONS:
             arn = lam.create_function(
