@@ -1,0 +1,159 @@
+"""template.yaml against the code it deploys: names, wiring and the security settings the issue asks for."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from controller import names
+
+REPO = Path(__file__).resolve().parents[3]
+ASL = REPO / "statemachine" / "training.asl.json"
+
+
+class _CfnLoader(yaml.SafeLoader):
+    pass
+
+
+def _tag(loader: _CfnLoader, suffix: str, node: yaml.Node) -> dict[str, Any]:
+    name = "Ref" if suffix == "Ref" else f"Fn::{suffix}"
+    if isinstance(node, yaml.ScalarNode):
+        value: Any = loader.construct_scalar(node)
+        if suffix == "GetAtt":
+            value = value.split(".", 1)
+    elif isinstance(node, yaml.SequenceNode):
+        value = loader.construct_sequence(node, deep=True)
+    else:
+        value = loader.construct_mapping(node, deep=True)
+    return {name: value}
+
+
+_CfnLoader.add_multi_constructor("!", _tag)
+
+
+@pytest.fixture(scope="module")
+def template() -> dict[str, Any]:
+    return yaml.load((REPO / "template.yaml").read_text(), Loader=_CfnLoader)
+
+
+def _resources(template: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
+    return {k: v for k, v in template["Resources"].items() if v["Type"] == kind}
+
+
+def test_outputs_are_the_names_the_cli_reads(template):
+    # GIVEN the stack outputs the CLI looks up by name
+    # THEN the template declares exactly those outputs
+    assert set(template["Outputs"]) == set(names.STACK_OUTPUTS.values())
+
+
+def test_every_function_handler_is_an_importable_handler(template):
+    # GIVEN every function of the template
+    functions = _resources(template, "AWS::Serverless::Function")
+    assert functions
+    for logical_id, resource in functions.items():
+        module, _, attribute = resource["Properties"]["Handler"].rpartition(".")
+        # THEN its handler names a callable in the Lambda package
+        assert callable(getattr(importlib.import_module(module), attribute)), logical_id
+
+
+def test_the_state_machine_substitutions_match_the_asl_placeholders(template):
+    # GIVEN the placeholders of the ASL file and the substitutions of the template
+    placeholders = set(re.findall(r"\$\{([A-Za-z0-9_]+)\}", ASL.read_text()))
+    machine = template["Resources"]["TrainingStateMachine"]["Properties"]
+    # THEN each placeholder is substituted and no substitution is unused
+    assert placeholders == set(machine["DefinitionSubstitutions"])
+    assert machine["DefinitionUri"] == "statemachine/training.asl.json" and machine["Type"] == "STANDARD"
+
+
+def test_the_ingest_queue_outlasts_six_ingest_timeouts_and_has_a_dead_letter_queue(template):
+    resources = template["Resources"]
+    timeout = resources["IngestFunction"]["Properties"].get(
+        "Timeout", template["Globals"]["Function"]["Timeout"]
+    )
+    queue = resources["IngestQueue"]["Properties"]
+    assert queue["VisibilityTimeout"] >= 6 * timeout
+    assert queue["RedrivePolicy"]["deadLetterTargetArn"] == {"Fn::GetAtt": ["IngestDeadLetterQueue", "Arn"]}
+    event = resources["IngestFunction"]["Properties"]["Events"]["Uploads"]["Properties"]
+    assert event["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+
+
+def test_uploads_reach_the_queue_through_eventbridge_only(template):
+    # GIVEN the data bucket: its notifications go to EventBridge (FSx auto-import keeps its own)
+    bucket = template["Resources"]["DataBucket"]["Properties"]
+    assert bucket["NotificationConfiguration"] == {"EventBridgeConfiguration": {"EventBridgeEnabled": True}}
+    # AND the rule forwards object-created events under data/ to the ingest queue
+    rule = template["Resources"]["UploadsRule"]["Properties"]
+    assert rule["EventPattern"]["detail"]["object"]["key"] == [{"prefix": names.DATA_PREFIX}]
+    assert rule["Targets"][0]["Arn"] == {"Fn::GetAtt": ["IngestQueue", "Arn"]}
+
+
+@pytest.mark.parametrize("bucket", ["DataBucket", "ArtifactBucket"])
+def test_buckets_are_versioned_encrypted_private_and_tls_only(template, bucket):
+    props = template["Resources"][bucket]["Properties"]
+    assert props["VersioningConfiguration"] == {"Status": "Enabled"}
+    assert props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    assert all(props["PublicAccessBlockConfiguration"].values())
+    [policy] = [
+        r
+        for r in _resources(template, "AWS::S3::BucketPolicy").values()
+        if r["Properties"]["Bucket"] == {"Ref": bucket}
+    ]
+    [statement] = policy["Properties"]["PolicyDocument"]["Statement"]
+    assert statement["Effect"] == "Deny" and statement["Condition"] == {
+        "Bool": {"aws:SecureTransport": "false"}
+    }
+
+
+def test_pass_role_is_limited_to_the_sagemaker_role_and_service(template):
+    # GIVEN every statement that grants iam:PassRole
+    grants = []
+    for resource in template["Resources"].values():
+        for policy in resource.get("Properties", {}).get("Policies", []) or []:
+            for statement in policy.get("Statement", []) if isinstance(policy, dict) else []:
+                if "iam:PassRole" in json.dumps(statement.get("Action")):
+                    grants.append(statement)
+    # THEN each names only the SageMaker execution role, passed to SageMaker only
+    assert grants
+    for statement in grants:
+        assert statement["Resource"] == {"Fn::GetAtt": ["SageMakerExecutionRole", "Arn"]}
+        assert statement["Condition"] == {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}
+
+
+def test_function_environment_variables_are_the_names_the_code_reads(template):
+    # GIVEN the environment variables the template sets
+    declared = set(template["Globals"]["Function"]["Environment"]["Variables"])
+    for resource in _resources(template, "AWS::Serverless::Function").values():
+        declared |= set(resource["Properties"].get("Environment", {}).get("Variables", {}))
+    # THEN every one the code does not read is a Powertools setting
+    known = {getattr(names, n) for n in dir(names) if n.startswith("ENV_")}
+    assert {v for v in declared - known if not v.startswith("POWERTOOLS_")} == set()
+
+
+def _render_settings(text: str, values: dict[str, str]) -> dict[str, Any]:
+    rendered = re.sub(r"\$\{([A-Za-z0-9]+)\}", lambda m: values.get(m.group(1), "x"), text)
+    return json.loads(rendered)
+
+
+def test_run_settings_render_as_json_from_the_parameter_defaults(template):
+    # GIVEN the parameter defaults (numbers and true/false are substituted unquoted)
+    values = {k: str(v.get("Default", "subnet-1")) for k, v in template["Parameters"].items()}
+    # WHEN the RUN_SETTINGS Fn::Sub strings are filled in
+    for function in ("PrepareRunFunction", "CheckpointEvaluationFunction"):
+        sub = template["Resources"][function]["Properties"]["Environment"]["Variables"][names.ENV_SETTINGS]
+        settings = _render_settings(sub["Fn::Sub"][0], values)
+        # THEN they are JSON objects with the keys the code reads
+        assert settings["training_image"] == values["TrainingImageUri"]
+        assert "evaluation_instance_type" in settings
+    assert settings is not None
+
+
+def test_alarms_watch_the_dead_letter_queue_failed_runs_and_stuck_runs(template):
+    alarms = _resources(template, "AWS::CloudWatch::Alarm")
+    metrics = {a["Properties"]["MetricName"] for a in alarms.values()}
+    assert {"ApproximateNumberOfMessagesVisible", "ExecutionsFailed", names.METRIC_STUCK_RUNS} <= metrics
