@@ -1,0 +1,142 @@
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from controller import datasets, dispatch, ledger, runs
+from controller.config import DispatchPolicy
+from tests.unit.functions.support import object_created, sqs_event
+
+T0 = datetime(2026, 1, 1, 10, 0, tzinfo=UTC)
+POLICY = DispatchPolicy(min_new_images=3, quiet_period_seconds=60, max_wait_seconds=600)
+
+
+def _stats(count: int, oldest: datetime, newest: datetime) -> ledger.PendingStats:
+    return ledger.PendingStats(count, oldest.isoformat(), newest.isoformat())
+
+
+@pytest.mark.parametrize(
+    ("count", "oldest", "newest", "now", "due"),
+    [
+        (0, None, None, T0, False),  # nothing pending
+        (3, T0, T0, T0 + timedelta(seconds=30), False),  # enough, but uploads did not pause
+        (3, T0, T0, T0 + timedelta(seconds=60), True),  # enough and quiet
+        (2, T0, T0, T0 + timedelta(seconds=300), False),  # quiet but too few
+        (1, T0, T0 + timedelta(seconds=590), T0 + timedelta(seconds=600), True),  # the oldest waited MaxWait
+    ],
+)
+def test_due_reason_applies_min_images_quiet_period_and_max_wait(count, oldest, newest, now, due):
+    stats = ledger.PendingStats(0, None, None) if count == 0 else _stats(count, oldest, newest)
+    assert (dispatch.due_reason(stats, POLICY, now) is not None) is due
+
+
+def _upload(aws, config, events_dir, key, *, time="2026-01-01T10:00:00Z", sequencer="0A"):
+    from controller import ingest
+
+    ingest.ingest(
+        sqs_event([object_created(events_dir, key, time=time, sequencer=sequencer)]),
+        config=config,
+        dynamodb=aws.dynamodb,
+    )
+
+
+def test_a_dispatch_that_stopped_before_start_execution_is_resumed_with_the_same_name(
+    aws, config, events_dir
+):
+    # GIVEN a dispatcher took the lock and wrote the run record, then died before StartExecution
+    _upload(aws, config, events_dir, "data/flowers/daisy/a.jpg")
+    run_id = datasets.acquire("flowers", None, "t", table_name=aws.datasets_table, client=aws.dynamodb)
+    assert run_id == "flowers-00001"
+    runs.put_run(
+        {"dataset": "flowers", "run_id": run_id, "status": "STARTING", "trigger": "schedule"},
+        table_name=aws.runs_table,
+        client=aws.dynamodb,
+    )
+    # WHEN the next dispatch runs, twice
+    first = dispatch.consider(
+        "flowers", now=T0 + timedelta(hours=1), config=config, dynamodb=aws.dynamodb, sfn=aws.sfn
+    )
+    second = dispatch.consider(
+        "flowers", now=T0 + timedelta(hours=1), config=config, dynamodb=aws.dynamodb, sfn=aws.sfn
+    )
+    # THEN the first starts the execution under the run's name, the second sees the run busy
+    assert (first.action, second.action) == ("resumed", "busy")
+    executions = aws.sfn.list_executions(stateMachineArn=aws.state_machine_arn)["executions"]
+    assert [e["name"] for e in executions] == ["flowers-00001"]
+
+
+def test_no_automatic_run_starts_during_the_backoff_after_a_failed_run(aws, config, events_dir):
+    # GIVEN pending uploads and a failed run that set a back-off until 11:00
+    _upload(aws, config, events_dir, "data/flowers/daisy/a.jpg")
+    aws.dynamodb.update_item(
+        TableName=aws.datasets_table,
+        Key=runs.serialize({"dataset": "flowers"}),
+        UpdateExpression="SET not_before = :t",
+        ExpressionAttributeValues=runs.serialize({":t": "2026-01-01T11:00:00Z"}),
+    )
+    # WHEN the dispatcher runs before and after it
+    before = dispatch.consider(
+        "flowers", now=T0 + timedelta(minutes=30), config=config, dynamodb=aws.dynamodb, sfn=aws.sfn
+    )
+    after = dispatch.consider(
+        "flowers", now=T0 + timedelta(minutes=61), config=config, dynamodb=aws.dynamodb, sfn=aws.sfn
+    )
+    # THEN only the later one starts a run
+    assert (before.action, after.action) == ("not-due", "started")
+
+
+def test_a_run_holding_its_lock_too_long_is_reported_stuck(aws, config):
+    # GIVEN a lock taken at 10:00 and StuckRunSeconds of 12 hours
+    datasets.acquire(
+        "flowers", None, "2026-01-01T10:00:00Z", table_name=aws.datasets_table, client=aws.dynamodb
+    )
+    # THEN it is stuck at 22:01 and not at 21:59
+    early = dispatch.stuck_runs(
+        now=T0 + timedelta(hours=11, minutes=59), config=config, dynamodb=aws.dynamodb
+    )
+    late = dispatch.stuck_runs(now=T0 + timedelta(hours=12, minutes=1), config=config, dynamodb=aws.dynamodb)
+    assert (early, late) == ([], [("flowers", "flowers-00001")])
+
+
+def test_the_scheduled_handler_reads_its_configuration_from_the_environment(aws, monkeypatch, events_dir):
+    # GIVEN the environment the template gives the dispatch function, and due uploads
+    from controller import config as config_module
+    from controller import names
+
+    env = {
+        names.ENV_DATA_BUCKET: aws.data_bucket,
+        names.ENV_ARTIFACT_BUCKET: aws.artifact_bucket,
+        names.ENV_LEDGER_TABLE: aws.ledger_table,
+        names.ENV_RUNS_TABLE: aws.runs_table,
+        names.ENV_DATASETS_TABLE: aws.datasets_table,
+        names.ENV_STATE_MACHINE_ARN: aws.state_machine_arn,
+        names.ENV_MIN_NEW_IMAGES: "1",
+        names.ENV_QUIET_PERIOD_SECONDS: "0",
+        names.ENV_MAX_WAIT_SECONDS: "3600",
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    config_module.get_config.cache_clear()
+    try:
+        _upload(
+            aws,
+            config_module.get_config(),
+            events_dir,
+            "data/flowers/daisy/a.jpg",
+            time="2020-01-01T00:00:00Z",
+        )
+        # WHEN the schedule invokes the handler
+        result = dispatch.handler(json.loads((events_dir / "scheduled_event.json").read_text()), _Context())
+    finally:
+        config_module.get_config.cache_clear()
+    # THEN it started the run
+    assert [o["action"] for o in result["outcomes"]] == ["started"]
+
+
+class _Context:
+    function_name = "DispatchFunction"
+    memory_limit_in_mb = 512
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:DispatchFunction"
+    aws_request_id = "req-1"
