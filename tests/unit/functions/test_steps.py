@@ -1,0 +1,255 @@
+"""The state machine's Lambda steps as plain functions, against moto."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from controller import checkpoint_eval, datasets, gate, names, prepare, record_failure, runs
+from controller.errors import DatasetBusyError, ImportFailedError, InvalidRunInputError, NotEnoughDataError
+from tests.unit.functions.support import object_created, sqs_event
+
+
+def _upload(aws, config, events_dir, *keys):
+    from controller import ingest
+
+    bodies = [object_created(events_dir, key, sequencer=f"{i + 1:04X}") for i, key in enumerate(keys)]
+    ingest.ingest(sqs_event(bodies), config=config, dynamodb=aws.dynamodb)
+
+
+def _prepare(aws, config, run_input, name="run-1"):
+    event = {
+        "input": run_input,
+        "execution_name": name,
+        "execution_arn": f"arn:aws:states:::execution:m:{name}",
+    }
+    return prepare.prepare(event, config=config, dynamodb=aws.dynamodb, s3=aws.s3)["run"]
+
+
+@pytest.mark.parametrize(
+    ("run_input", "words"),
+    [
+        ({}, ["dataset", "Field required"]),
+        ({"dataset": "a/b"}, ["dataset", "pattern"]),
+        ({"dataset": "ok", "overrides": {"epochs": 0}}, ["overrides.epochs", "greater than or equal to 1"]),
+        (
+            {"dataset": "ok", "overrides": {"hyperparameters": {"learning_rate": 1}}},
+            ["unknown hyperparameters"],
+        ),
+        ({"dataset": "ok", "overrides": {"instance_type": "p3.2xlarge"}}, ["overrides.instance_type"]),
+        ({"dataset": "ok", "extra": 1}, ["extra", "Extra inputs are not permitted"]),
+    ],
+)
+def test_an_invalid_run_request_names_each_problem(run_input, words):
+    with pytest.raises(InvalidRunInputError) as error:
+        prepare.parse_request(run_input)
+    for word in words:
+        assert word in str(error.value)
+
+
+def test_job_names_fit_sagemaker_limits_and_differ_per_execution():
+    first = prepare.job_names("a_very_long_dataset_name_with_underscores", "arn:1")
+    second = prepare.job_names("a_very_long_dataset_name_with_underscores", "arn:2")
+    assert len(first["tuning"]) <= 32 and all(len(n) <= 63 for n in first.values())
+    assert all(c.isalnum() or c == "-" for n in first.values() for c in n)
+    assert first["tuning"] != second["tuning"]
+
+
+def test_prepare_freezes_accepted_images_into_the_manifest_and_takes_the_lock(aws, config, events_dir):
+    # GIVEN two labels of accepted images and one rejected upload
+    _upload(
+        aws,
+        config,
+        events_dir,
+        "data/flowers/daisy/a.jpg",
+        "data/flowers/tulip/b.png",
+        "data/flowers/tulip/c.txt",
+    )
+    # WHEN a run is prepared
+    run = _prepare(aws, config, {"dataset": "flowers"})
+    # THEN the manifest lists the accepted images relative to the data set, as the container reads them
+    key = names.manifest_prefix("flowers", "run-1") + "manifest.jsonl"
+    lines = aws.s3.get_object(Bucket=aws.artifact_bucket, Key=key)["Body"].read().decode().splitlines()
+    assert [json.loads(line) for line in lines] == [
+        {"path": "daisy/a.jpg", "label": "daisy"},
+        {"path": "tulip/b.png", "label": "tulip"},
+    ]
+    assert (run["manifest_size"], run["labels"]) == (2, ["daisy", "tulip"])
+    # AND the run holds the data set's lock, and the run record is RUNNING
+    assert (
+        datasets.get("flowers", table_name=aws.datasets_table, client=aws.dynamodb)["active_run"] == "run-1"
+    )
+    record = runs.get_run("flowers", "run-1", table_name=aws.runs_table, client=aws.dynamodb)
+    assert record is not None and record["status"] == "RUNNING" and record["manifest_size"] == 2
+
+
+def test_prepare_refuses_a_data_set_with_one_label(aws, config, events_dir):
+    _upload(aws, config, events_dir, "data/flowers/daisy/a.jpg")
+    with pytest.raises(NotEnoughDataError, match=r"at least 2.*data/flowers/<label>/<image>"):
+        _prepare(aws, config, {"dataset": "flowers"})
+
+
+def test_prepare_refuses_a_data_set_another_run_holds(aws, config, events_dir):
+    _upload(aws, config, events_dir, "data/flowers/daisy/a.jpg", "data/flowers/tulip/b.png")
+    datasets.acquire("flowers", "other", "t", table_name=aws.datasets_table, client=aws.dynamodb)
+    with pytest.raises(DatasetBusyError, match="run other"):
+        _prepare(aws, config, {"dataset": "flowers"})
+
+
+@pytest.mark.parametrize(
+    ("challenger", "champion", "status", "decision", "words"),
+    [
+        (0.90, None, "NoIssuesFound", "accepted", "no champion yet"),
+        (0.40, None, "NoIssuesFound", "rejected", "below MinAccuracy"),
+        (0.805, 0.80, "NoIssuesFound", "rejected", "does not beat"),
+        (0.82, 0.80, "NoIssuesFound", "accepted", "champion 0.8000"),
+        (0.95, 0.80, "IssuesFound", "rejected", "Overfit found issues"),
+    ],
+)
+def test_the_gate_decides_with_a_reason(challenger, champion, status, decision, words):
+    rules: list[runs.RuleResult] = [{"rule": "Overfit", "status": status}]
+    result = gate.decide(challenger, champion, rules, gate.Thresholds(0.5, 0.01, True))
+    assert result["decision"] == decision and words in result["reason"]
+
+
+def test_rule_issues_do_not_block_when_configured_not_to():
+    rules: list[runs.RuleResult] = [{"rule": "Overfit", "status": "IssuesFound"}]
+    result = gate.decide(0.9, None, rules, gate.Thresholds(0.5, 0.0, False))
+    assert result["decision"] == "accepted" and "not blocking" in result["reason"]
+
+
+def test_a_quota_failure_is_explained_with_what_to_do():
+    cause = (
+        "The account-level service limit is 2 Instances (Service: AmazonSageMaker; Status Code: 400; "
+        "Error Code: ResourceLimitExceeded; Request ID: x; Proxy: null)"
+    )
+    text = record_failure.explain("SageMaker.AmazonSageMakerException", cause)
+    assert "quota" in text and "MaxParallelTuningJobs" in text
+
+
+def test_a_failed_job_is_explained_by_its_failure_reason():
+    cause = json.dumps(
+        {"TrainingJobName": "job-1", "TrainingJobStatus": "Failed", "FailureReason": "ClientError: bad"}
+    )
+    assert (
+        record_failure.explain("States.TaskFailed", cause)
+        == "job-1 failed: ClientError: bad. See its logs under /aws/sagemaker/."
+    )
+
+
+def test_the_import_report_step_quotes_the_failed_files(aws):
+    # GIVEN a failed task whose report lists a file
+    aws.s3.put_object(
+        Bucket=aws.artifact_bucket, Key="r/task-1/failures.csv", Body=b"data/x/y/z.jpg,FAILED,denied\n"
+    )
+    task = {
+        "TaskId": "task-1",
+        "Lifecycle": "FAILED",
+        "FailureDetails": {"Message": "boom"},
+        "Report": {"Enabled": True, "Path": f"s3://{aws.artifact_bucket}/r"},
+    }
+    # THEN the step fails with the message and the report line
+    from controller import import_report
+
+    with pytest.raises(ImportFailedError, match=r"boom.*z\.jpg,FAILED,denied"):
+        import_report.read_report({"task": task}, s3=aws.s3)
+
+
+def _checkpoint_event(aws, key):
+    return {
+        "detail-type": "Object Created",
+        "source": "aws.s3",
+        "detail": {"bucket": {"name": aws.artifact_bucket}, "object": {"key": key}},
+    }
+
+
+def test_every_nth_checkpoint_of_a_running_job_starts_an_evaluation(aws, config):
+    # GIVEN a running run and checkpoint evaluation every 2nd checkpoint
+    runs.put_run(
+        {"dataset": "flowers", "run_id": "flowers-00001", "status": "RUNNING"},
+        table_name=aws.runs_table,
+        client=aws.dynamodb,
+    )
+    cfg = type(config)(
+        **{
+            **config.__dict__,
+            "checkpoint_eval_every": 2,
+            "settings": {"training_image": "img", "evaluation_instance_type": "ml.m5.large"},
+        }
+    )
+    prefix = names.checkpoint_prefix("flowers", "flowers-00001") + "job-1/algo-1/"
+    # WHEN four checkpoints are written
+    actions = [
+        checkpoint_eval.evaluate_checkpoints(
+            _checkpoint_event(aws, f"{prefix}ckpt-{step:09d}.pt"),
+            config=cfg,
+            dynamodb=aws.dynamodb,
+            sagemaker=aws.sagemaker,
+            s3=aws.s3,
+        )["action"]
+        for step in (50, 100, 150, 200)
+    ]
+    # THEN the 2nd and 4th start Processing jobs, tagged with their run and step
+    assert actions == ["skipped", "started", "skipped", "started"]
+    jobs = aws.sagemaker.list_processing_jobs()["ProcessingJobSummaries"]
+    assert sorted(j["ProcessingJobName"] for j in jobs) == sorted(
+        [checkpoint_eval.job_name("job-1", 100), checkpoint_eval.job_name("job-1", 200)]
+    )
+
+
+def test_a_finished_checkpoint_evaluation_adds_a_point_to_the_curve(aws, config):
+    # GIVEN a run and a completed evaluation of its step-100 checkpoint
+    runs.put_run(
+        {"dataset": "flowers", "run_id": "flowers-00001", "status": "RUNNING"},
+        table_name=aws.runs_table,
+        client=aws.dynamodb,
+    )
+    key = names.checkpoint_eval_prefix("flowers", "flowers-00001", 100) + "evaluation.json"
+    aws.s3.put_object(
+        Bucket=aws.artifact_bucket, Key=key, Body=json.dumps({"top1": 0.75, "top3": 0.9}).encode()
+    )
+    event = {
+        "detail-type": "SageMaker Processing Job State Change",
+        "source": "aws.sagemaker",
+        "detail": {
+            "ProcessingJobName": "rt-ckpt-x-000000100",
+            "ProcessingJobStatus": "Completed",
+            "Tags": {
+                names.TAG_DATASET: "flowers",
+                names.TAG_RUN_ID: "flowers-00001",
+                names.TAG_CHECKPOINT_STEP: "100",
+                names.TAG_TRAINING_JOB: "job-1",
+            },
+        },
+    }
+    # WHEN the state-change event arrives
+    checkpoint_eval.evaluate_checkpoints(
+        event, config=config, dynamodb=aws.dynamodb, sagemaker=aws.sagemaker, s3=aws.s3
+    )
+    # THEN the run's curve has the point
+    record = runs.get_run("flowers", "flowers-00001", table_name=aws.runs_table, client=aws.dynamodb)
+    assert record is not None
+    assert record["checkpoint_evaluations"] == [
+        {
+            "step": 100,
+            "training_job": "job-1",
+            "job": "rt-ckpt-x-000000100",
+            "status": "Completed",
+            "top1": 0.75,
+            "top3": 0.9,
+        }
+    ]
+
+
+def test_checkpoints_of_a_finished_run_are_not_evaluated(aws, config):
+    runs.put_run(
+        {"dataset": "flowers", "run_id": "flowers-00001", "status": "SUCCEEDED"},
+        table_name=aws.runs_table,
+        client=aws.dynamodb,
+    )
+    key = names.checkpoint_prefix("flowers", "flowers-00001") + "job-1/algo-1/ckpt-000000050.pt"
+    result = checkpoint_eval.evaluate_checkpoints(
+        _checkpoint_event(aws, key), config=config, dynamodb=aws.dynamodb, sagemaker=aws.sagemaker, s3=aws.s3
+    )
+    assert result["action"] == "ignored"
