@@ -1,0 +1,182 @@
+"""train.py and evaluate.py end to end as SageMaker runs them: outputs, metric lines, failures."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import models
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import contract
+
+pytestmark = [pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+CODE = REPO / "training_image"
+HYPERPARAMETERS = {
+    "model": "resnet18",
+    "pretrained": "resnet18-imagenet.pth",
+    "epochs": "2",
+    "batch-size": "8",
+    "image-size": "32",
+    "checkpoint-every-steps": "2",
+    "num-workers": "0",
+    "freeze-backbone-epochs": "1",
+    "debug-interval": "1",
+    "profile-interval-ms": "100",
+}
+
+
+def write_images(root: Path) -> None:
+    """Red, green and blue squares with noise: learnable, so accuracy means something."""
+    rng = np.random.default_rng(0)
+    for channel, label in enumerate(("blue", "green", "red")[::-1]):
+        (root / label).mkdir(parents=True)
+        for i in range(12):
+            pixels = rng.integers(0, 80, size=(32, 40, 3), dtype=np.uint8)
+            pixels[..., channel] += 170
+            Image.fromarray(pixels).save(root / label / f"{i:02d}.jpg")
+
+
+def run(program: str, base: Path, args: list[str], **channels: Path) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        contract.BASE_DIR_ENV: str(base),
+        contract.JOB_NAME_ENV: "outputs-test",
+        "OMP_NUM_THREADS": "1",
+    }
+    env.update({contract.CHANNEL_ENV_PREFIX + name.upper(): str(path) for name, path in channels.items()})
+    return subprocess.run(
+        [sys.executable, str(CODE / program), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def as_args(hyperparameters: dict[str, str]) -> list[str]:
+    return [part for name, value in hyperparameters.items() for part in (f"--{name}", value)]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, subprocess.CompletedProcess[str]]:
+    base = tmp_path_factory.mktemp("job")
+    data = base / "input" / "data" / "train"
+    write_images(data)
+    pretrained = base / "input" / "data" / "pretrained"
+    pretrained.mkdir()
+    torch.save(models.build_model("resnet18", 1000).state_dict(), pretrained / HYPERPARAMETERS["pretrained"])
+    result = run("train.py", base, as_args(HYPERPARAMETERS))
+    return base, data, result
+
+
+def test_training_writes_the_model_labels_and_config_only_in_the_model_dir(trained) -> None:  # type: ignore[no-untyped-def]
+    base, _, result = trained
+    assert result.returncode == 0, result.stderr[-3000:]
+    model_dir = base / "model"
+    assert sorted(p.name for p in model_dir.iterdir()) == sorted(
+        [contract.MODEL_FILE, contract.LABELS_FILE, contract.CONFIG_FILE]
+    )
+    artifact = torch.load(model_dir / contract.MODEL_FILE, weights_only=True)
+    assert (artifact["arch"], artifact["labels"]) == ("resnet18", ["blue", "green", "red"])
+    assert artifact["state_dict"]["fc.weight"].shape == (3, 512)
+    assert json.loads((model_dir / contract.LABELS_FILE).read_text()) == ["blue", "green", "red"]
+    config = json.loads((model_dir / contract.CONFIG_FILE).read_text())
+    assert set(config["hyperparameters"]) == set(contract.HYPERPARAMETER_NAMES)
+    assert config["hyperparameters"]["freeze-backbone-epochs"] == 1
+    assert not (base / "output" / contract.FAILURE_FILE).exists()
+
+
+def test_every_metric_is_printed_in_a_line_tuning_can_parse(trained) -> None:  # type: ignore[no-untyped-def]
+    _, _, result = trained
+    lines = result.stdout.splitlines()
+    for definition in contract.METRIC_DEFINITIONS:
+        values = [float(m.group(1)) for line in lines if (m := re.search(definition["Regex"], line))]
+        assert len(values) >= 2, definition["Name"]  # one per epoch at least
+    # (smdebug logs to stdout too; the regexes must pick out only our lines, each with epoch and step)
+    matched = [
+        line for line in lines if any(re.search(d["Regex"], line) for d in contract.METRIC_DEFINITIONS)
+    ]
+    assert [line for line in matched if not re.match(r"^epoch=\d+ step=\d+ [a-z0-9-]+: \S+$", line)] == []
+
+
+def test_debugger_tensors_and_system_profile_are_written(trained) -> None:  # type: ignore[no-untyped-def]
+    base, _, _ = trained
+    assert any((base / "output" / "data" / contract.TENSORS_DIRNAME).rglob("*.tfevents"))
+    assert any((base / "output" / "data" / contract.PROFILE_DIRNAME).iterdir())
+
+
+def test_evaluation_of_the_model_archive_against_a_checkpoint_baseline(trained, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # GIVEN the job's model.tar.gz (as SageMaker uploads it) and one of its checkpoints as baseline
+    base, data, _ = trained
+    with tarfile.open(tmp_path / "model.tar.gz", "w:gz") as tar:
+        for file in (base / "model").iterdir():
+            tar.add(file, arcname=file.name)
+    checkpoint = sorted((base / "checkpoints" / "outputs-test" / contract.DEFAULT_HOST).glob("ckpt-*.pt"))[0]
+    # WHEN evaluate.py runs on every image
+    out = tmp_path / "evaluation"
+    args = ["--model", str(tmp_path), "--data", str(data), "--split", "all", "--baseline", str(checkpoint)]
+    result = run("evaluate.py", base, [*args, "--output", str(out)])
+    # THEN it reports the contract's keys for both models over the same 36 images, and a chart
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((out / contract.EVALUATION_FILE).read_text())
+    assert report["samples"] == report["baseline"]["samples"] == 36
+    assert report["labels"] == ["blue", "green", "red"]
+    assert sum(map(sum, report["confusion_matrix"])) == 36
+    assert set(report["per_class"]["red"]) == {"precision", "recall", "support"}
+    assert 0 <= report["top1"] <= report["top3"] <= 1
+    assert report["checkpoint_step"] is None
+    assert (out / contract.CONFUSION_MATRIX_FILE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_evaluation_of_a_checkpoint_reports_its_step(trained, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    base, data, _ = trained
+    checkpoint = sorted((base / "checkpoints" / "outputs-test" / contract.DEFAULT_HOST).glob("ckpt-*.pt"))[-1]
+    result = run(
+        "evaluate.py", base, ["--model", str(checkpoint), "--data", str(data), "--output", str(tmp_path)]
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((tmp_path / contract.EVALUATION_FILE).read_text())
+    assert report["checkpoint_step"] == int(checkpoint.name[5:14])
+    assert report["baseline"] is None
+    assert report["split"] == "validation"
+    assert 0 < report["samples"] < 36
+
+
+def test_one_label_fails_with_a_reason_in_the_failure_file(tmp_path: Path) -> None:
+    # GIVEN a train channel with a single label
+    data = tmp_path / "input" / "data" / "train"
+    write_images(data)
+    for label in ("blue", "green"):
+        for file in (data / label).iterdir():
+            file.unlink()
+        (data / label).rmdir()
+    # WHEN training runs THEN it exits non-zero with a one-line reason for FailureReason
+    result = run("train.py", tmp_path, ["--epochs", "1", "--debug-hook", "false"])
+    assert result.returncode == 1
+    reason = (tmp_path / "output" / contract.FAILURE_FILE).read_text()
+    assert "at least two labels" in reason
+    assert reason.count("\n") == 1
+
+
+def test_an_invalid_hyperparameter_fails_with_a_reason(tmp_path: Path) -> None:
+    result = run("train.py", tmp_path, ["--model", "vgg16"])
+    assert result.returncode != 0
+    assert "invalid hyperparameters" in (tmp_path / "output" / contract.FAILURE_FILE).read_text()
+
+
+def test_evaluating_a_missing_model_fails_with_a_reason(tmp_path: Path) -> None:
+    result = run("evaluate.py", tmp_path, ["--model", str(tmp_path / "absent"), "--data", str(tmp_path)])
+    assert result.returncode == 1
+    assert "does not exist" in (tmp_path / "output" / contract.FAILURE_FILE).read_text()
