@@ -176,9 +176,12 @@ class FsxEmulator:
             raise _error("BadRequest", "Report is required: give {'Enabled': false} or a Path/Format/Scope")
         with self._lock:
             file_system = self._file_system(fs_id)
-            import_path = file_system["LustreConfiguration"]["DataRepositoryConfiguration"].get("ImportPath")
-            if not import_path:
-                raise _error("BadRequest", f"file system {fs_id} has no linked data repository (ImportPath)")
+            if not _associations(file_system):
+                raise _error(
+                    "BadRequest",
+                    f"file system {fs_id} has no linked data repository (ImportPath or a data repository "
+                    "association)",
+                )
             if any(
                 t["FileSystemId"] == fs_id and t["Lifecycle"] in RUNNING_LIFECYCLES
                 for t in self._tasks.values()
@@ -206,7 +209,7 @@ class FsxEmulator:
             }
             self._tasks[task_id] = task
             self._save()
-        thread = threading.Thread(target=self._run_import, args=(task_id, import_path), name=f"fsx-{task_id}")
+        thread = threading.Thread(target=self._run_import, args=(task_id,), name=f"fsx-{task_id}")
         self._threads.append(thread)
         thread.start()
         return {"DataRepositoryTask": _as_response(task)}
@@ -244,9 +247,10 @@ class FsxEmulator:
                 task["Status"].update(status, LastUpdatedTime=_now().isoformat())
             self._save()
 
-    def _run_import(self, task_id: str, import_path: str) -> None:
+    def _run_import(self, task_id: str) -> None:
         task = self._tasks[task_id]
         fs_id = task["FileSystemId"]
+        associations = _associations(self._file_systems[fs_id])
         self._update(task_id, Lifecycle="EXECUTING", StartTime=_now().isoformat())
         failures: list[dict[str, str]] = []
         succeeded = 0
@@ -255,14 +259,23 @@ class FsxEmulator:
                 raise _error(
                     "InternalServerError", "injected fault: the import from the data repository failed"
                 )
-            bucket, prefix = _split_s3(import_path)
-            for requested in task["Paths"] or [""]:
-                rel = requested.strip("/")
-                listed = dict(self._list(bucket, "/".join(p for p in (prefix, rel) if p)))
-                target_dir = (self.root / fs_id / rel) if rel else self.root / fs_id
+            requested_paths = [p.strip("/") for p in task["Paths"]] or [
+                fs_path for fs_path, _ in associations
+            ]
+            for rel in requested_paths:
+                source = _repository_prefix(associations, rel)
+                if source is None:
+                    failures.append({"Path": rel, "Error": "no data repository association covers this path"})
+                    continue
+                bucket, prefix = source
+                listed = dict(self._list(bucket, prefix))
                 self._update(task_id, Status={"TotalCount": task["Status"]["TotalCount"] + len(listed)})
+                base = self.root / fs_id
+                target_dir = base / rel if rel else base
+                locals_: set[Path] = set()
                 for key, etag in listed.items():
-                    local = self.root / fs_id / key[len(prefix) :].lstrip("/")
+                    local = target_dir / key[len(prefix) :].lstrip("/") if prefix else base / key
+                    locals_.add(local)
                     marker = local.with_name(f".{local.name}.etag")
                     try:
                         if not (local.exists() and marker.exists() and marker.read_text() == etag):
@@ -272,18 +285,41 @@ class FsxEmulator:
                         succeeded += 1
                     except (ClientError, OSError) as exc:
                         failures.append({"Path": key, "Error": str(exc)})
-                self._remove_deleted(
-                    target_dir, {self.root / fs_id / k[len(prefix) :].lstrip("/") for k in listed}
-                )
+                self._remove_deleted(target_dir, locals_)
                 self._update(task_id, Status={"SucceededCount": succeeded, "FailedCount": len(failures)})
         except ClientError as exc:
-            failures.append({"Path": import_path, "Error": exc.response["Error"]["Message"]})
+            failures.append({"Path": ",".join(task["Paths"]), "Error": exc.response["Error"]["Message"]})
             self._finish(task_id, "FAILED", failures, exc.response["Error"]["Message"])
             return
         if failures:
-            self._finish(task_id, "FAILED", failures, f"{len(failures)} file(s) failed to import")
+            self._finish(task_id, "FAILED", failures, f"{len(failures)} path(s) or file(s) failed to import")
         else:
             self._finish(task_id, "SUCCEEDED", failures, None)
+
+    def create_data_repository_association(self, **request: Any) -> dict[str, Any]:
+        """Link a file system path to an S3 prefix (what AWS::FSx::DataRepositoryAssociation declares)."""
+        fs_id = request.get("FileSystemId", "")
+        fs_path = "/" + str(request.get("FileSystemPath", "/")).strip("/")
+        repository = str(request.get("DataRepositoryPath", ""))
+        _split_s3(repository)
+        with self._lock:
+            file_system = self._file_system(fs_id)
+            association_id = "dra-" + secrets.token_hex(9)[:17]
+            arn = f"arn:aws:fsx:{self._region}:{self._account}:association/{fs_id}/{association_id}"
+            association = {
+                "AssociationId": association_id,
+                "ResourceARN": arn,
+                "FileSystemId": fs_id,
+                "Lifecycle": "AVAILABLE",
+                "FileSystemPath": fs_path,
+                "DataRepositoryPath": repository,
+                "BatchImportMetaDataOnCreate": bool(request.get("BatchImportMetaDataOnCreate", False)),
+                "S3": request.get("S3", {}),
+                "CreationTime": _now().isoformat(),
+            }
+            file_system.setdefault("DataRepositoryAssociations", []).append(association)
+            self._save()
+        return {"Association": _as_response(association)}
 
     def _finish(
         self, task_id: str, lifecycle: str, failures: list[dict[str, str]], message: str | None
@@ -324,6 +360,33 @@ class FsxEmulator:
                 shutil.rmtree(path)
 
 
+def _associations(file_system: dict[str, Any]) -> list[tuple[str, str]]:
+    """(file system path without slashes, s3 URI) pairs: the legacy ImportPath links the root."""
+    pairs = [
+        (str(a["FileSystemPath"]).strip("/"), str(a["DataRepositoryPath"]))
+        for a in file_system.get("DataRepositoryAssociations", [])
+    ]
+    import_path = file_system["LustreConfiguration"]["DataRepositoryConfiguration"].get("ImportPath")
+    if import_path:
+        pairs.append(("", str(import_path)))
+    return pairs
+
+
+def _repository_prefix(associations: list[tuple[str, str]], rel: str) -> tuple[str, str] | None:
+    """(bucket, key prefix) that the file system path ``rel`` mirrors, through the longest association."""
+    matches = [
+        (fs_path, uri)
+        for fs_path, uri in associations
+        if not fs_path or rel == fs_path or rel.startswith(fs_path + "/")
+    ]
+    if not matches:
+        return None
+    fs_path, uri = max(matches, key=lambda m: len(m[0]))
+    bucket, prefix = _split_s3(uri)
+    rest = rel[len(fs_path) :].strip("/")
+    return bucket, "/".join(p for p in (prefix, rest) if p)
+
+
 def _as_response(record: dict[str, Any]) -> dict[str, Any]:
     """Records keep ISO timestamps (JSON on disk); boto3 responses carry datetimes."""
     out = json.loads(json.dumps(record))
@@ -343,6 +406,7 @@ def install_api(service: FsxEmulator) -> Iterator[None]:
 
     response_class: Any = responses.FSxResponse
     actions = (
+        "create_data_repository_association",
         "create_file_system",
         "describe_file_systems",
         "create_data_repository_task",

@@ -218,6 +218,93 @@ def substitute(node: Any, values: dict[str, str], attributes: dict[tuple[str, st
     return {key: substitute(value, values, attributes) for key, value in node.items()}
 
 
+class Intrinsics:
+    """Evaluates CloudFormation intrinsics to plain values, for the resources created outside moto."""
+
+    def __init__(
+        self,
+        values: dict[str, Any],
+        attributes: dict[tuple[str, str], str],
+        *,
+        conditions: dict[str, Any] | None = None,
+        mappings: dict[str, Any] | None = None,
+    ) -> None:
+        self.values, self.attributes = values, attributes
+        self._conditions = conditions or {}
+        self._mappings = mappings or {}
+        self._evaluated: dict[str, bool] = {}
+
+    def condition(self, name: str) -> bool:
+        if name not in self._evaluated:
+            if name not in self._conditions:
+                raise ProvisioningError(f"condition {name!r} is not declared in the template's Conditions")
+            self._evaluated[name] = bool(self.resolve(self._conditions[name]))
+        return self._evaluated[name]
+
+    def resolve(self, node: Any) -> Any:
+        if isinstance(node, list):
+            return [self.resolve(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        if len(node) == 1:
+            ((key, arg),) = node.items()
+            if key == "Ref":
+                if arg not in self.values:
+                    raise ProvisioningError(f"cannot resolve Ref {arg!r} before the stack exists")
+                return self.values[arg]
+            if key == "Fn::GetAtt":
+                parts = arg.split(".", 1) if isinstance(arg, str) else arg
+                if (parts[0], parts[1]) not in self.attributes:
+                    raise ProvisioningError(f"cannot resolve GetAtt {parts!r} before the stack exists")
+                return self.attributes[(parts[0], parts[1])]
+            if key == "Fn::Sub":
+                text, variables = (arg, {}) if isinstance(arg, str) else (arg[0], self.resolve(arg[1]))
+
+                def replace(match: re.Match[str]) -> str:
+                    name = match.group(1)
+                    if name in variables:
+                        return str(variables[name])
+                    if "." in name:
+                        return str(self.resolve({"Fn::GetAtt": name.split(".", 1)}))
+                    return str(self.resolve({"Ref": name}))
+
+                return re.sub(r"\$\{([^!}][^}]*)\}", replace, text)
+            if key == "Fn::Join":
+                return str(arg[0]).join(str(v) for v in self.resolve(arg[1]))
+            if key == "Fn::Select":
+                return self.resolve(arg[1])[int(self.resolve(arg[0]))]
+            if key == "Fn::Split":
+                return str(self.resolve(arg[1])).split(arg[0])
+            if key == "Fn::If":
+                return self.resolve(arg[1] if self.condition(arg[0]) else arg[2])
+            if key == "Fn::FindInMap":
+                name, top, second = (self.resolve(a) for a in arg)
+                return self._mappings[name][top][second]
+            if key == "Fn::Equals":
+                left, right = self.resolve(arg)
+                return str(left) == str(right)
+            if key == "Fn::And":
+                return all(self.resolve(a) for a in arg)
+            if key == "Fn::Or":
+                return any(self.resolve(a) for a in arg)
+            if key == "Fn::Not":
+                return not self.resolve(arg[0])
+            if key == "Condition":
+                return self.condition(arg)
+        return {key: self.resolve(value) for key, value in node.items()}
+
+
+def parameter_values(template: dict[str, Any], parameters: dict[str, str]) -> dict[str, Any]:
+    """Ref values of the parameters: list parameters as lists, the rest as given."""
+    declared = template.get("Parameters", {})
+    return {
+        name: [v.strip() for v in value.split(",")]
+        if "List" in str(declared.get(name, {}).get("Type", ""))
+        else value
+        for name, value in parameters.items()
+    }
+
+
 # One creator per resource type moto's CloudFormation lacks: (logical id, properties) -> (Ref, {attr: v}).
 ExternalCreator = Callable[[str, dict[str, Any]], tuple[str, dict[str, str]]]
 
@@ -241,18 +328,27 @@ def create_external(
     created: dict[str, str] = {}
     values: dict[str, str] = {}
     attributes: dict[tuple[str, str], str] = {}
-    known, known_attributes = predicted_values(
-        translated, stack_name=stack_name, parameters=parameters, region=region
+    known, known_attributes = predicted_values(translated, stack_name=stack_name, region=region)
+    intrinsics = Intrinsics(
+        {**known, **parameter_values(translated, parameters)},
+        known_attributes,
+        conditions=translated.get("Conditions"),
+        mappings=translated.get("Mappings"),
     )
     for logical_id, resource in list(out["Resources"].items()):
         kind = resource["Type"]
         if kind in supported:
             continue
+        if "Condition" in resource and not intrinsics.condition(resource["Condition"]):
+            del out["Resources"][logical_id]
+            continue
         if kind in creators:
-            props = substitute(
-                resource.get("Properties", {}), {**known, **values}, {**known_attributes, **attributes}
-            )
-            props = _plain_subs(props, logical_id)
+            intrinsics.values.update(values)
+            intrinsics.attributes.update(attributes)
+            try:
+                props = intrinsics.resolve(resource.get("Properties", {}))
+            except ProvisioningError as error:
+                raise ProvisioningError(f"{logical_id}: {error}") from None
             ref, attrs = creators[kind](logical_id, props)
             values[logical_id] = ref
             attributes.update({(logical_id, name): value for name, value in attrs.items()})
@@ -275,23 +371,6 @@ def create_external(
     return out, created
 
 
-def _plain_subs(node: Any, logical_id: str) -> Any:
-    """An external resource's properties with every Fn::Sub resolved to text (or a clear error)."""
-    if isinstance(node, list):
-        return [_plain_subs(item, logical_id) for item in node]
-    if not isinstance(node, dict):
-        return node
-    if set(node) == {"Fn::Sub"} and isinstance(node["Fn::Sub"], str):
-        if "${" in node["Fn::Sub"]:
-            raise ProvisioningError(
-                f"{logical_id}: cannot resolve {node['Fn::Sub']!r} before the stack exists"
-            )
-        return node["Fn::Sub"]
-    if set(node) & {"Ref", "Fn::GetAtt", "Fn::Sub", "Fn::Join", "Fn::If"}:
-        raise ProvisioningError(f"{logical_id}: cannot resolve {node!r} before the stack exists")
-    return {key: _plain_subs(value, logical_id) for key, value in node.items()}
-
-
 _NAME_PROPERTIES: Final = {
     "AWS::S3::Bucket": "BucketName",
     "AWS::DynamoDB::Table": "TableName",
@@ -301,18 +380,19 @@ _NAME_PROPERTIES: Final = {
 
 
 def predicted_values(
-    translated: dict[str, Any], *, stack_name: str, parameters: dict[str, str], region: str
-) -> tuple[dict[str, str], dict[tuple[str, str], str]]:
-    """Ref/GetAtt values of pseudo parameters, parameters and named resources before moto creates them
+    translated: dict[str, Any], *, stack_name: str, region: str
+) -> tuple[dict[str, Any], dict[tuple[str, str], str]]:
+    """Ref/GetAtt values of pseudo parameters and named resources before moto creates them
     (physical names are deterministic, see :func:`deterministic_names`)."""
     from moto.cloudformation import parsing
 
-    values = {
+    values: dict[str, Any] = {
         "AWS::StackName": stack_name,
         "AWS::Region": region,
         "AWS::AccountId": ACCOUNT_ID,
         "AWS::Partition": "aws",
-        **parameters,
+        "AWS::URLSuffix": "amazonaws.com",
+        "AWS::NoValue": None,
     }
     attributes: dict[tuple[str, str], str] = {}
     with deterministic_names():
@@ -450,7 +530,7 @@ def wire(
                 rule = events_client.describe_rule(Name=rule_name)
                 targets = events_client.list_targets_by_rule(Rule=rule_name)["Targets"]
                 wiring.scheduled_rules.append(
-                    ScheduledRule(rule_name, rule["Arn"], props["ScheduleExpression"], tuple(targets))
+                    ScheduledRule(rule_name, rule["Arn"], rule["ScheduleExpression"], tuple(targets))
                 )
             else:
                 wiring.pattern_rules.append(rule_name)

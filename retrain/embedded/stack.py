@@ -177,6 +177,7 @@ class EmbeddedStack:
         creators: dict[str, provision.ExternalCreator] = {
             "AWS::FSx::FileSystem": self._create_file_system,
             "AWS::SageMaker::ModelPackageGroup": self._create_model_package_group,
+            "AWS::FSx::DataRepositoryAssociation": self._create_data_repository_association,
         }
         body, external = provision.create_external(
             self.translated,
@@ -240,6 +241,14 @@ class EmbeddedStack:
                 f"it declares {sorted(declared)}"
             )
         values = {k: str(v["Default"]) for k, v in declared.items() if "Default" in v}
+        # Parameters AWS needs and the emulation ignores (VPC subnets, security groups) get a placeholder.
+        values.update(
+            {
+                k: f"embedded-{k.lower()}"
+                for k, v in declared.items()
+                if "Default" not in v and k not in values
+            }
+        )
         values.update({k: str(v) for k, v in self.parameter_overrides.items()})
         return values
 
@@ -265,6 +274,22 @@ class EmbeddedStack:
             "LustreMountName": fs["LustreConfiguration"]["MountName"],
             "DNSName": fs["DNSName"],
             "ResourceARN": fs["ResourceARN"],
+        }
+
+    def _create_data_repository_association(
+        self, logical_id: str, props: dict[str, Any]
+    ) -> tuple[str, dict[str, str]]:
+        assert self.fsx is not None
+        fs_id = props["FileSystemId"]
+        fs_path = "/" + str(props.get("FileSystemPath", "/")).strip("/")
+        fs = self.fsx.describe_file_systems(FileSystemIds=[fs_id])["FileSystems"][0]
+        for existing in fs.get("DataRepositoryAssociations", []):
+            if existing["FileSystemPath"] == fs_path:
+                return str(existing["AssociationId"]), {"AssociationId": str(existing["AssociationId"])}
+        created = self.fsx.create_data_repository_association(**props)["Association"]
+        return str(created["AssociationId"]), {
+            "AssociationId": str(created["AssociationId"]),
+            "ResourceARN": str(created["ResourceARN"]),
         }
 
     def _create_model_package_group(

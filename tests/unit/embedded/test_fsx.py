@@ -142,3 +142,38 @@ def test_boto3_fsx_calls_reach_the_emulation_through_moto(tmp_path: Path, s3: An
 
     assert described["Lifecycle"] == "SUCCEEDED"
     assert missing.value.response["Error"]["Code"] == "FileSystemNotFound"
+
+
+def test_a_data_repository_association_maps_its_file_system_path_to_the_s3_prefix(
+    tmp_path: Path, s3: Any
+) -> None:
+    fsx = FsxEmulator(tmp_path, s3_client=s3)
+    fs_id = fsx.create_file_system(FileSystemType="LUSTRE", StorageCapacity=1200)["FileSystem"][
+        "FileSystemId"
+    ]
+    fsx.create_data_repository_association(
+        FileSystemId=fs_id, FileSystemPath="/data", DataRepositoryPath=f"s3://{BUCKET}/data/"
+    )
+    mount_name = fsx.describe_file_systems(FileSystemIds=[fs_id])["FileSystems"][0]["LustreConfiguration"][
+        "MountName"
+    ]
+
+    task = _wait(fsx, _import(fsx, fs_id, Paths=["data/digits/0/"]))
+
+    assert task["Lifecycle"] == "SUCCEEDED"
+    mount = fsx.mount_path(fs_id, f"/{mount_name}/data/digits")
+    assert [p.relative_to(mount).as_posix() for p in mount.rglob("*.png")] == ["0/a.png"]
+
+
+def test_a_path_no_association_covers_fails_the_task(tmp_path: Path, s3: Any) -> None:
+    fsx = FsxEmulator(tmp_path, s3_client=s3)
+    fs_id = fsx.create_file_system(FileSystemType="LUSTRE", StorageCapacity=1200)["FileSystem"][
+        "FileSystemId"
+    ]
+    fsx.create_data_repository_association(
+        FileSystemId=fs_id, FileSystemPath="/data", DataRepositoryPath=f"s3://{BUCKET}/data/"
+    )
+
+    task = _wait(fsx, _import(fsx, fs_id, Paths=["elsewhere/x"]))
+
+    assert task["Lifecycle"] == "FAILED"
