@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+import evaluate
+import numpy as np
+import pytest
+import torch
+
+LABELS = ["cat", "dog", "eel"]
+
+
+def test_metrics_from_known_predictions() -> None:
+    # GIVEN four images (true: cat, cat, dog, eel) and logits ranking the classes
+    logits = torch.tensor(
+        [
+            [3.0, 2.0, 1.0],  # cat, right
+            [1.0, 3.0, 2.0],  # dog, wrong; cat third
+            [1.0, 3.0, 2.0],  # dog, right
+            [3.0, 1.0, 2.0],  # cat, wrong; eel second
+        ]
+    )
+    targets = np.array([0, 0, 1, 2])
+    # WHEN scored
+    result = evaluate.metrics(logits, targets, LABELS, LABELS)
+    # THEN top-1, top-3, the confusion matrix and per-class figures follow
+    assert result["top1"] == 0.5
+    assert result["top3"] == 1.0
+    assert result["confusion_matrix"] == [[1, 1, 0], [0, 1, 0], [1, 0, 0]]
+    assert result["per_class"]["cat"] == {"precision": 0.5, "recall": 0.5, "support": 2}
+    assert result["per_class"]["dog"] == {"precision": 0.5, "recall": 1.0, "support": 1}
+    assert result["per_class"]["eel"] == {"precision": 0.0, "recall": 0.0, "support": 1}
+    assert result["samples"] == 4
+
+
+def test_a_baseline_is_scored_by_label_name_in_the_candidates_label_space() -> None:
+    # GIVEN a baseline trained before "eel" existed, with its outputs ordered [dog, cat]
+    logits = torch.tensor([[0.0, 1.0], [1.0, 0.0], [1.0, 0.0]])
+    targets = np.array([0, 1, 2])  # cat, dog, eel in the candidate's labels
+    # WHEN scored against the candidate's labels
+    result = evaluate.metrics(logits, targets, LABELS, ["dog", "cat"])
+    # THEN its outputs map by name and the eel image can only be wrong
+    assert result["top1"] == pytest.approx(2 / 3)
+    assert result["confusion_matrix"] == [[1, 0, 0], [0, 1, 0], [0, 1, 0]]
+    assert result["per_class"]["eel"]["recall"] == 0.0
