@@ -36,6 +36,15 @@ def _stack_module() -> Any:
         ) from None
 
 
+@contextlib.contextmanager
+def _guidance(module: Any) -> Iterator[None]:
+    """The runtime's own errors (they say what to do) become the CLI's."""
+    try:
+        yield
+    except module.EmbeddedStackError as error:
+        raise EmbeddedRuntimeError(str(error)) from None
+
+
 def connect_local(endpoint_url: str, stack_name: str) -> Deployment:
     return connect(stack_name, endpoint_url=endpoint_url, session=local_session())
 
@@ -58,7 +67,8 @@ def foreground(
     if spot is not None:
         kwargs["spot"] = spot
     stack = module.EmbeddedStack(**kwargs)
-    endpoint = stack.start()
+    with _guidance(module):
+        endpoint = stack.start()
     try:
         yield connect_local(str(endpoint), str(stack.stack_name))
     finally:
@@ -81,9 +91,13 @@ def has_state(state_dir: Path = DEFAULT_STATE_DIR) -> bool:
 
 def up(state_dir: Path = DEFAULT_STATE_DIR, **options: Any) -> str:
     """Start the background stack; its endpoint URL."""
-    return str(_stack_module().up(state_dir=state_dir, **options))
+    module = _stack_module()
+    with _guidance(module):
+        return str(module.up(state_dir=state_dir, **options))
 
 
 def down(state_dir: Path = DEFAULT_STATE_DIR) -> bool:
     """Stop the background stack; False when none was running."""
-    return bool(_stack_module().down(state_dir=state_dir))
+    module = _stack_module()
+    with _guidance(module):
+        return bool(module.down(state_dir=state_dir))

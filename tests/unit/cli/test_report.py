@@ -3,22 +3,40 @@ from __future__ import annotations
 import json
 
 import pytest
+from moto import mock_aws
 
 from retrain.collect import collect
 from retrain.deployment import connect
 from retrain.report.build import write_report
 from retrain.summary import SUMMARY_KEYS, summary
 from tests.unit.cli import recorded_run
+from tests.unit.cli.conftest import RecordedSageMaker, make_stack
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """One recorded run, collected and reported once for this module (collecting only reads)."""
+    out_dir = tmp_path_factory.mktemp("run")
+    with mock_aws():
+        stack = make_stack()
+        run = recorded_run.write(stack)
+        deployment = connect(stack.name)
+        deployment.clients["sagemaker"] = RecordedSageMaker()
+        facts = collect(deployment, run, out_dir=out_dir)
+    return facts, out_dir, write_report(facts, out_dir / "report")
+
+
 @pytest.fixture
-def facts(stack, recorded_sagemaker, tmp_path):
-    run = recorded_run.write(stack)
-    deployment = connect(stack.name)
-    deployment.clients["sagemaker"] = recorded_sagemaker
-    return collect(deployment, run, out_dir=tmp_path)
+def facts(built):
+    return built[0]
+
+
+@pytest.fixture
+def report(built):
+    """(report.md's text, its folder)."""
+    return built[2].read_text(), built[2].parent
 
 
 def test_collect_reads_trials_spot_timings_and_interruptions(facts):
@@ -53,10 +71,11 @@ def test_collect_reads_uploads_evaluation_and_checkpoint_curve(facts):
     assert [(p.step, p.top1) for p in facts.checkpoint_evaluations] == [(10, 0.4), (20, 0.8)]
 
 
-def test_collect_extracts_the_best_jobs_profile(facts, tmp_path):
+def test_collect_extracts_the_best_jobs_profile(built):
+    facts, out_dir, _ = built
     # GIVEN the best job shipped a system profile in output.tar.gz
     # THEN it is extracted under the report folder for the utilisation report
-    assert facts.profile_dir == tmp_path / "jobs" / recorded_run.BEST / "profile"
+    assert facts.profile_dir == out_dir / "jobs" / recorded_run.BEST / "profile"
     assert any(facts.profile_dir.glob("*.jsonl"))
 
 
@@ -81,9 +100,9 @@ def test_report_writes_markdown_and_real_pngs(facts, tmp_path):
     assert "| **total** |  | 98 | 30 | 69.4 |" in text
 
 
-def test_report_prices_jobs_from_the_price_table(facts, tmp_path):
+def test_report_prices_jobs_from_the_price_table(report):
     # GIVEN trials on ml.g4dn.xlarge (0.7364 USD/h in the table)
-    text = write_report(facts, tmp_path / "report").read_text()
+    text, _ = report
     # THEN the best trial's on-demand cost is 38 s x 0.7364 / 3600 and its billed cost 12 s at that rate
     assert "$0.0078 | $0.0025 |" in text
 
@@ -104,12 +123,11 @@ def test_summary_has_exactly_the_issue_keys(facts):
     assert {"key", "reason"} == set(document["rejected"][0])
 
 
-def test_report_includes_the_utilisation_heatmap_of_the_profiled_job(facts, tmp_path):
+def test_report_includes_the_utilisation_heatmap_of_the_profiled_job(report):
     # GIVEN the best job's system profile, written by the container's profiler
-    # WHEN the report is built
-    text = write_report(facts, tmp_path / "report").read_text()
+    text, folder = report
     # THEN the Debugger helper's bottleneck report and its PNGs are linked from it
-    pngs = sorted((tmp_path / "report" / "utilisation").glob("*.png"))
+    pngs = sorted((folder / "utilisation").glob("*.png"))
     assert pngs, "no utilisation charts were written"
     for png in pngs:
         assert png.read_bytes()[:8] == PNG_MAGIC
