@@ -1,0 +1,252 @@
+"""The SageMaker emulator running the REAL training image (training_image/train.py) behind a moto server
+on 127.0.0.1, reached by boto3 over HTTP as the CLI and the Lambdas reach it: a training job produces
+model.tar.gz and metrics, a spot interruption resumes at the exact checkpoint step, a tuning job runs 3
+trials 2 at a time and warm-starts a child, and a failing job reports its FailureReason."""
+
+from __future__ import annotations
+
+import io
+import re
+import socket
+import tarfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import numpy as np
+import psutil
+import pytest
+from moto.server import ThreadedMotoServer
+from PIL import Image
+
+import contract
+from retrain.embedded.sagemaker import INTERRUPTIONS_FIELD, SageMakerEmulator, SpotSchedule, api_installed
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+
+BUCKET = "retrain-emulator-integration"
+ROLE = "arn:aws:iam::123456789012:role/retrain-training"
+# 40 images, ~8 hashed into validation -> ~32 train = 4 steps of 8 per epoch.
+STATIC = {
+    "model": "resnet18",
+    "epochs": "2",
+    "batch-size": "8",
+    "image-size": "32",
+    "checkpoint-every-steps": "2",
+    "num-workers": "0",
+    "loader": "torch",
+    "debug-hook": "false",
+    "seed": "3",
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    port = _free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    s3 = boto3.client("s3", region_name="us-east-1", endpoint_url=endpoint)
+    logs = boto3.client("logs", region_name="us-east-1", endpoint_url=endpoint)
+    s3.create_bucket(Bucket=BUCKET)
+    rng = np.random.default_rng(0)
+    for label in ("cat", "dog"):
+        for index in range(20):
+            buffer = io.BytesIO()
+            Image.fromarray(rng.integers(0, 256, size=(36, 44, 3), dtype=np.uint8)).save(
+                buffer, format="JPEG"
+            )
+            s3.put_object(Bucket=BUCKET, Key=f"data/train/{label}/{index:03d}.jpg", Body=buffer.getvalue())
+    emulator = SageMakerEmulator(
+        tmp_path_factory.mktemp("sagemaker"),
+        s3_client=s3,
+        logs_client=logs,
+        spot=SpotSchedule(
+            interruptions=1, after_checkpoints=1, capacity_wait_seconds=0.5, job_pattern="spot-*"
+        ),
+        grace_seconds=60,
+        tuning_seed=0,
+    )
+    with api_installed(emulator):
+        sagemaker = boto3.client("sagemaker", region_name="us-east-1", endpoint_url=endpoint)
+        yield {"s3": s3, "logs": logs, "sagemaker": sagemaker, "emulator": emulator}
+    emulator.close()
+    server.stop()
+
+
+def definition(**hyperparameters: str) -> dict[str, Any]:
+    return {
+        "AlgorithmSpecification": {
+            "TrainingImage": "123456789012.dkr.ecr.us-east-1.amazonaws.com/retrain-training:latest",
+            "TrainingInputMode": "File",
+            "MetricDefinitions": list(contract.METRIC_DEFINITIONS),
+        },
+        "RoleArn": ROLE,
+        "InputDataConfig": [
+            {
+                "ChannelName": contract.CHANNEL_TRAIN,
+                "DataSource": {
+                    "S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": f"s3://{BUCKET}/data/train"}
+                },
+            }
+        ],
+        "OutputDataConfig": {"S3OutputPath": f"s3://{BUCKET}/output"},
+        "ResourceConfig": {"InstanceType": "ml.m5.large", "InstanceCount": 1, "VolumeSizeInGB": 5},
+        "StoppingCondition": {"MaxRuntimeInSeconds": 600},
+        "Environment": {"OMP_NUM_THREADS": "1"},
+        "HyperParameters": {**STATIC, **hyperparameters},
+    }
+
+
+def wait_training(sagemaker: Any, name: str, timeout: float = 240) -> dict[str, Any]:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        job: dict[str, Any] = sagemaker.describe_training_job(TrainingJobName=name)
+        if job["TrainingJobStatus"] in ("Completed", "Failed", "Stopped"):
+            return job
+        time.sleep(0.5)
+    raise AssertionError(f"training job {name} did not end within {timeout}s")
+
+
+def wait_tuning(sagemaker: Any, name: str, timeout: float = 400) -> dict[str, Any]:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        job: dict[str, Any] = sagemaker.describe_hyper_parameter_tuning_job(HyperParameterTuningJobName=name)
+        if job["HyperParameterTuningJobStatus"] in ("Completed", "Failed", "Stopped"):
+            return job
+        time.sleep(0.5)
+    raise AssertionError(f"tuning job {name} did not end within {timeout}s")
+
+
+def test_real_training_job_produces_model_and_metrics(stack: dict[str, Any]) -> None:
+    # GIVEN images in the emulated bucket
+    sagemaker = stack["sagemaker"]
+
+    # WHEN the real train.py runs as a training job created over HTTP
+    sagemaker.create_training_job(TrainingJobName="real-train", **definition())
+    job = wait_training(sagemaker, "real-train")
+
+    # THEN the model archive holds the model and the contract's metrics are in FinalMetricDataList
+    assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason")
+    body = stack["s3"].get_object(Bucket=BUCKET, Key="output/real-train/output/model.tar.gz")["Body"].read()
+    with tarfile.open(fileobj=io.BytesIO(body), mode="r:gz") as tar:
+        assert contract.MODEL_FILE in tar.getnames()
+    metrics = {m["MetricName"] for m in job["FinalMetricDataList"]}
+    assert {contract.METRIC_TRAIN_LOSS, contract.METRIC_VAL_ACCURACY, contract.METRIC_VAL_LOSS} <= metrics
+
+
+def test_real_spot_job_resumes_at_the_exact_checkpoint_step(stack: dict[str, Any]) -> None:
+    # GIVEN a spot market that reclaims spot-* jobs once, after their first checkpoint reached S3
+    sagemaker, emulator = stack["sagemaker"], stack["emulator"]
+    request = definition()
+    request.update(
+        EnableManagedSpotTraining=True,
+        StoppingCondition={"MaxRuntimeInSeconds": 600, "MaxWaitTimeInSeconds": 900},
+        CheckpointConfig={"S3Uri": f"s3://{BUCKET}/checkpoints"},
+    )
+
+    # WHEN a managed spot job runs
+    sagemaker.create_training_job(TrainingJobName="spot-real", **request)
+    job = wait_training(sagemaker, "spot-real")
+
+    # THEN it was interrupted once, restarted from S3, and train.py resumed at the newest checkpoint's step
+    assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason")
+    statuses = [t["Status"] for t in job["SecondaryStatusTransitions"]]
+    assert statuses.count("Interrupted") == 1 and statuses.count("Restarting") == 1
+    newest = emulator.describe_training_job(TrainingJobName="spot-real")[INTERRUPTIONS_FIELD][0][
+        "NewestCheckpointStep"
+    ]
+    second_attempt = (emulator.workdir / "training" / "spot-real" / "logs" / "attempt-2.log").read_text()
+    resumed = re.search(
+        r"resumed from (ckpt-\d{9}\.pt) at epoch \d+ batch \d+ \(step (\d+)\)", second_attempt
+    )
+    assert resumed is not None, second_attempt[-2000:]
+    assert resumed.group(1) == contract.checkpoint_name(newest)
+    assert int(resumed.group(2)) == newest
+    key = f"checkpoints/spot-real/{contract.DEFAULT_HOST}/{contract.checkpoint_name(newest)}"
+    assert stack["s3"].head_object(Bucket=BUCKET, Key=key)["ContentLength"] > 0
+    assert job["BillableTimeInSeconds"] < job["TrainingTimeInSeconds"]
+
+
+def test_real_tuning_runs_three_trials_two_at_a_time_and_a_child_warm_starts(stack: dict[str, Any]) -> None:
+    # GIVEN a Random tuning job over lr: 3 trials, 2 in parallel
+    sagemaker, emulator = stack["sagemaker"], stack["emulator"]
+    training = definition()
+    training["StaticHyperParameters"] = {**training.pop("HyperParameters"), "epochs": "1"}
+    config = {
+        "Strategy": "Random",
+        "HyperParameterTuningJobObjective": {
+            "Type": contract.OBJECTIVE_TYPE,
+            "MetricName": contract.OBJECTIVE_METRIC,
+        },
+        "ResourceLimits": {"MaxNumberOfTrainingJobs": 3, "MaxParallelTrainingJobs": 2},
+        "ParameterRanges": {
+            "ContinuousParameterRanges": [
+                {"Name": "lr", "MinValue": "0.001", "MaxValue": "0.1", "ScalingType": "Logarithmic"}
+            ]
+        },
+        "TrainingJobEarlyStoppingType": "Off",
+    }
+
+    # WHEN it runs, and then a child tuning job warm-starts from it
+    sagemaker.create_hyper_parameter_tuning_job(
+        HyperParameterTuningJobName="tune-real",
+        HyperParameterTuningJobConfig=config,
+        TrainingJobDefinition=training,
+    )
+    parent = wait_tuning(sagemaker, "tune-real")
+    child_config = {**config, "ResourceLimits": {"MaxNumberOfTrainingJobs": 1, "MaxParallelTrainingJobs": 1}}
+    warm = {
+        "ParentHyperParameterTuningJobs": [{"HyperParameterTuningJobName": "tune-real"}],
+        "WarmStartType": "IdenticalDataAndAlgorithm",
+    }
+    sagemaker.create_hyper_parameter_tuning_job(
+        HyperParameterTuningJobName="tune-child",
+        HyperParameterTuningJobConfig=child_config,
+        TrainingJobDefinition=training,
+        WarmStartConfig=warm,
+    )
+    child = wait_tuning(sagemaker, "tune-child")
+
+    # THEN 3 trials ran, at most 2 at once, the best is the top objective, and the child saw the 3 trials
+    assert parent["HyperParameterTuningJobStatus"] == "Completed"
+    assert parent["TrainingJobStatusCounters"]["Completed"] == 3
+    trials = sagemaker.list_training_jobs_for_hyper_parameter_tuning_job(
+        HyperParameterTuningJobName="tune-real", SortBy="FinalObjectiveMetricValue", SortOrder="Descending"
+    )["TrainingJobSummaries"]
+    assert len(trials) == 3
+    assert parent["BestTrainingJob"]["TrainingJobName"] == trials[0]["TrainingJobName"]
+    windows = [(t["TrainingStartTime"], t["TrainingEndTime"]) for t in trials]
+    assert max(sum(s <= start < e for s, e in windows) for start, _ in windows) == 2
+    assert child["HyperParameterTuningJobStatus"] == "Completed"
+    assert emulator._tuning["tune-child"]["WarmStartedTrials"] == 3
+    assert "OverallBestTrainingJob" in child
+
+
+def test_real_failing_job_reports_its_failure_reason(stack: dict[str, Any]) -> None:
+    # GIVEN a hyperparameter train.py rejects
+    sagemaker = stack["sagemaker"]
+
+    # WHEN the job runs
+    sagemaker.create_training_job(TrainingJobName="real-fails", **definition(model="resnet999"))
+    job = wait_training(sagemaker, "real-fails")
+
+    # THEN it is Failed with the reason train.py wrote to <base>/output/failure
+    assert job["TrainingJobStatus"] == "Failed"
+    assert job["FailureReason"].startswith("AlgorithmError: invalid hyperparameters:")
+    assert "resnet999" in job["FailureReason"]
+
+
+def test_training_jobs_left_no_child_process_behind(stack: dict[str, Any]) -> None:
+    # GIVEN the jobs above WHEN the emulator has no job running THEN no container process of ours survives
+    assert stack["emulator"].wait(timeout=5)
+    programs = [" ".join(child.cmdline()) for child in psutil.Process().children(recursive=True)]
+    assert [p for p in programs if "training_image" in p] == []
