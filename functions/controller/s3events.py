@@ -48,7 +48,7 @@ def _from_eventbridge(event: dict[str, Any]) -> list[ObjectCreated]:
             bucket=str((detail.get("bucket") or {}).get("name", "")),
             key=str(obj["key"]),
             size=int(obj.get("size", 0)),
-            etag=str(obj.get("etag", "")),
+            etag=str(obj.get("etag") or obj.get("eTag") or ""),
             version_id=str(obj.get("version-id", "") or ""),
             sequencer=normalize_sequencer(str(obj.get("sequencer", "0"))),
             event_time=str(event.get("time", "")),
