@@ -1,0 +1,418 @@
+"""The NVIDIA DALI loader behind `loaders.Loader`: decode on `mixed` (nvJPEG) with a GPU, on `cpu` without.
+
+Resume design: DALI is fed with `fn.external_source` in our own order — the epoch order of
+`data.epoch_order(seed, epoch)` sharded by `data.rank_batches`, exactly the torch loader's — and every
+random choice (the random resized crop box, each repetition's flip and rotation angle) is drawn in
+Python from `data.sample_seed(seed, epoch, position)` with the same generator calls in the same order
+as `loaders.train_transform`, then handed to DALI as per-sample operator arguments. Nothing depends on
+DALI's RNG or its readers' shuffling, so resuming at batch k just feeds batches k.. and yields the same
+samples with the same augmentations as an uninterrupted epoch. DALI's own reader checkpointing
+(`enable_checkpointing`) was the alternative; it ties resume to DALI's reader shuffling, which cannot
+follow our (seed, epoch) order or DDP sharding, and its snapshot depends on prefetch depth.
+`state_dict()` therefore holds only the position and the files found undecodable.
+
+Bad files: `data.load_dataset` already fully decodes every image with PIL and drops (and logs) what
+fails. Here each file's bytes are read and their header parsed before feeding (a file unreadable or
+no longer an image is skipped). A file PIL decodes but DALI's decoder rejects fails the DALI batch:
+the loader then probes the in-flight samples one by one with a one-image DALI decode, records the
+culprits in `skipped` (path, reason), rebuilds the pipeline and feeds the same batches without them.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import data
+import loaders
+import numpy as np
+import torch
+from nvidia.dali import fn
+from nvidia.dali.data_node import DataNode
+from nvidia.dali.pipeline import Pipeline
+from nvidia.dali.plugin.pytorch import feed_ndarray
+from nvidia.dali.types import DALIDataType, DALIImageType
+from PIL import Image, UnidentifiedImageError
+
+log = logging.getLogger(__name__)
+
+KIND = "dali"
+PREFETCH_DEPTH = 2
+# external_source columns. Train: encoded, crop anchor (x, y), crop shape (w, h), flips, angles.
+# Eval: encoded, resized size (h, w), crop anchor (x, y).
+TRAIN_COLUMNS = (
+    DALIDataType.UINT8,
+    DALIDataType.FLOAT,
+    DALIDataType.FLOAT,
+    DALIDataType.INT32,
+    DALIDataType.FLOAT,
+)
+EVAL_COLUMNS = (DALIDataType.UINT8, DALIDataType.FLOAT, DALIDataType.INT32)
+
+
+@dataclass(frozen=True)
+class Augmentation:
+    """One training sample's random choices, as `loaders.train_transform` draws them."""
+
+    box: tuple[int, int, int, int]  # (left, top, right, bottom) in source pixels
+    flips: tuple[bool, ...]  # one per augment-load repetition
+    angles: tuple[float, ...]  # degrees, counter-clockwise, one per repetition
+
+
+def draw_augmentation(width: int, height: int, augment_load: int, rng: np.random.Generator) -> Augmentation:
+    """The same generator calls, in the same order, as `loaders.train_transform`."""
+    left, top, right, bottom = loaders.random_resized_crop_box(width, height, rng)
+    flips: list[bool] = []
+    angles: list[float] = []
+    for _ in range(augment_load):
+        flips.append(bool(rng.random() < loaders.FLIP_PROBABILITY))
+        angles.append(float(rng.uniform(-loaders.ROTATION_DEGREES, loaders.ROTATION_DEGREES)))
+    return Augmentation((int(left), int(top), int(right), int(bottom)), tuple(flips), tuple(angles))
+
+
+def eval_geometry(width: int, height: int, image_size: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """((resized width, height), (left, top) of the center crop), as `loaders.eval_transform` does."""
+    short = loaders.eval_resize_size(image_size)
+    scale = short / min(width, height)
+    size = (max(short, round(width * scale)), max(short, round(height * scale)))
+    return size, ((size[0] - image_size) // 2, (size[1] - image_size) // 2)
+
+
+@dataclass
+class _Item:
+    """A sample ready to feed: its encoded bytes and its per-sample operator arguments."""
+
+    sample: data.Sample
+    encoded: np.ndarray
+    region: tuple[np.ndarray, np.ndarray]  # train: crop anchor/shape (x, y); eval: resize (h, w), crop anchor
+    flips: np.ndarray  # train only
+    angles: np.ndarray
+
+
+def read_encoded(path: Any) -> tuple[np.ndarray, tuple[int, int]]:
+    """The file's bytes and (width, height) from its header; raises OSError or ValueError when bad."""
+    encoded = np.fromfile(path, dtype=np.uint8)
+    with Image.open(io.BytesIO(encoded.tobytes())) as image:
+        return encoded, image.size
+
+
+class DaliLoader:
+    """`loaders.Loader` over a DALI pipeline fed by `fn.external_source` (see the module docstring)."""
+
+    kind = KIND
+
+    def __init__(
+        self,
+        samples: Sequence[data.Sample],
+        *,
+        train: bool,
+        batch_size: int,
+        image_size: int,
+        augment_load: int,
+        seed: int,
+        num_workers: int,
+        device: torch.device,
+        rank: int = 0,
+        world_size: int = 1,
+        delay_ms: int = 0,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch-size must be at least 1, got {batch_size}")
+        if augment_load < 1 and train:
+            raise ValueError(f"augment-load must be at least 1, got {augment_load}")
+        self.samples = list(samples)
+        self.train = train
+        self.batch_size = batch_size
+        self.image_size = image_size
+        self.augment_load = augment_load
+        self.seed = seed
+        self.num_threads = max(1, num_workers)
+        self.device = device
+        self.rank = rank
+        self.world_size = world_size
+        self.delay_s = delay_ms / 1000.0
+        self.position = (0, 0)  # (epoch, next batch)
+        self.skipped: dict[str, str] = {}  # path -> why DALI could not use it
+        self._pipe: Pipeline | None = None
+        self._epoch = 0
+        self._plan: deque[tuple[int, list[tuple[int, data.Sample]]]] = deque()
+        self._in_flight: deque[tuple[int, list[tuple[int, data.Sample]], list[_Item]]] = deque()
+
+    def __len__(self) -> int:
+        return data.num_batches(len(self.samples), self.batch_size, train=self.train)
+
+    def order(self, epoch: int) -> list[int]:
+        if self.train:
+            return data.epoch_order(len(self.samples), self.seed, epoch)
+        return list(range(len(self.samples)))
+
+    def epoch(self, epoch: int, start_batch: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        order = self.order(epoch)
+        batches = data.rank_batches(
+            order, self.batch_size, train=self.train, rank=self.rank, world_size=self.world_size
+        )
+        if start_batch >= len(batches):
+            return
+        positions = {index: position for position, index in enumerate(order)}
+        self._epoch = epoch
+        self._plan = deque(
+            (number, [(positions[i], self.samples[i]) for i in batches[number]])
+            for number in range(start_batch, len(batches))
+        )
+        self._in_flight = deque()
+        finished = False
+        try:
+            pipe = self._pipeline()
+            while True:
+                try:
+                    outputs = pipe.run()
+                except StopIteration:
+                    finished = True
+                    return
+                except RuntimeError as error:
+                    self._recover(error)
+                    pipe = self._pipeline()
+                    continue
+                number, _, items = self._in_flight.popleft()
+                images = self._to_torch(outputs[0])
+                labels = torch.tensor([item.sample.label for item in items], dtype=torch.int64)
+                if self.delay_s:
+                    time.sleep(self.delay_s)
+                self.position = (epoch, number + 1)
+                yield images, labels
+        finally:
+            if finished and self._pipe is not None:
+                self._pipe.reset()
+            else:
+                self._pipe = None  # stopped mid-epoch: prefetched batches must not leak into the next
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "version": loaders.LOADER_STATE_VERSION,
+            "seed": self.seed,
+            "num_samples": len(self.samples),
+            "epoch": self.position[0],
+            "next_batch": self.position[1],
+            "skipped": dict(self.skipped),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        expected = {"seed": self.seed, "num_samples": len(self.samples)}
+        found = {key: state.get(key) for key in expected}
+        if found != expected:
+            raise ValueError(
+                f"the checkpoint's loader state {found} does not match this job {expected}: "
+                "the data or seed changed since the checkpoint; start a new training job"
+            )
+        self.position = (int(state["epoch"]), int(state["next_batch"]))
+        self.skipped.update({str(k): str(v) for k, v in state.get("skipped", {}).items()})
+
+    # Feeding -----------------------------------------------------------------------------------
+
+    def _prepare(self, members: Sequence[tuple[int, data.Sample]]) -> list[_Item]:
+        """Read and check each sample's bytes (only now: an epoch is never held in memory at once)."""
+        items: list[_Item] = []
+        for position, sample in members:
+            if str(sample.path) in self.skipped:
+                continue
+            try:
+                encoded, (width, height) = read_encoded(sample.path)
+            except (OSError, ValueError, UnidentifiedImageError, Image.DecompressionBombError) as error:
+                self._skip(str(sample.path), f"{type(error).__name__}: {error}")
+                continue
+            items.append(self._item(sample, encoded, width, height, position))
+        return items
+
+    def _item(
+        self, sample: data.Sample, encoded: np.ndarray, width: int, height: int, position: int
+    ) -> _Item:
+        if self.train:
+            rng = np.random.Generator(np.random.PCG64(data.sample_seed(self.seed, self._epoch, position)))
+            aug = draw_augmentation(width, height, self.augment_load, rng)
+            left, top, right, bottom = aug.box
+            return _Item(
+                sample,
+                encoded,
+                (np.array([left, top], np.float32), np.array([right - left, bottom - top], np.float32)),
+                np.array(aug.flips, np.int32),
+                np.array(aug.angles, np.float32),
+            )
+        (resized_w, resized_h), (left, top) = eval_geometry(width, height, self.image_size)
+        return _Item(
+            sample,
+            encoded,
+            (np.array([resized_h, resized_w], np.float32), np.array([left, top], np.int32)),
+            np.zeros(0, np.int32),
+            np.zeros(0, np.float32),
+        )
+
+    def _feed(self) -> tuple[list[np.ndarray], ...]:
+        """external_source callback: the next planned batch, remembered until its output is taken."""
+        if not self._plan:
+            raise StopIteration
+        number, members = self._plan.popleft()
+        items = self._prepare(members)
+        if not items:
+            raise data.DataError(
+                f"no image of batch {number} can be decoded ({len(self.skipped)} skipped, see the log); "
+                "remove the undecodable files from the data set"
+            )
+        self._in_flight.append((number, members, items))
+        columns = (
+            [item.encoded for item in items],
+            [item.region[0] for item in items],
+            [item.region[1] for item in items],
+        )
+        if not self.train:
+            return columns
+        return (*columns, [item.flips for item in items], [item.angles for item in items])
+
+    def _skip(self, path: str, why: str) -> None:
+        self.skipped[path] = why
+        log.warning("skipping image %s (%s); %d skipped by the DALI loader", path, why, len(self.skipped))
+
+    def _recover(self, error: RuntimeError) -> None:
+        """A batch failed inside DALI: find the undecodable samples in flight and feed again without them."""
+        suspects = [item for _, _, items in self._in_flight for item in items]
+        culprits = [item for item in suspects if not self._decodes(item.encoded)]
+        if not culprits:
+            raise error
+        for item in culprits:
+            self._skip(str(item.sample.path), f"DALI cannot decode it: {str(error).splitlines()[-1]}")
+        self._plan.extendleft((number, members) for number, members, _ in reversed(self._in_flight))
+        self._in_flight.clear()
+        self._pipe = None
+
+    def _decodes(self, encoded: np.ndarray) -> bool:
+        probe = Pipeline(batch_size=1, num_threads=1, device_id=self._device_id(), prefetch_queue_depth=1)
+        with probe:
+            image = fn.decoders.image(
+                fn.external_source(source=lambda: [encoded], batch=True, dtype=DALIDataType.UINT8),
+                device=self._decode_device(),
+                output_type=DALIImageType.RGB,
+            )
+            probe.set_outputs(image)
+        try:
+            probe.build()
+            probe.run()
+        except RuntimeError:
+            return False
+        return True
+
+    # Pipeline ----------------------------------------------------------------------------------
+
+    def _device_id(self) -> int | None:
+        if self.device.type != "cuda":
+            return None
+        return self.device.index if self.device.index is not None else torch.cuda.current_device()
+
+    def _decode_device(self) -> str:
+        return "mixed" if self.device.type == "cuda" else "cpu"
+
+    def _pipeline(self) -> Pipeline:
+        if self._pipe is None:
+            self._pipe = self._build()
+        return self._pipe
+
+    def _build(self) -> Pipeline:
+        pipe = Pipeline(
+            batch_size=self.batch_size,
+            num_threads=self.num_threads,
+            device_id=self._device_id(),
+            prefetch_queue_depth=PREFETCH_DEPTH,
+            seed=self.seed,
+        )
+        with pipe:
+            dtypes = TRAIN_COLUMNS if self.train else EVAL_COLUMNS
+            columns = cast(
+                "list[DataNode]",
+                fn.external_source(
+                    source=self._feed, num_outputs=len(dtypes), batch=True, dtype=list(dtypes)
+                ),
+            )
+            graph = train_graph if self.train else eval_graph
+            images = graph(
+                columns,
+                decode_device=self._decode_device(),
+                image_size=self.image_size,
+                augment_load=self.augment_load,
+            )
+            pipe.set_outputs(images)
+        pipe.build()
+        return pipe
+
+    def _to_torch(self, images: Any) -> torch.Tensor:
+        dense = images.as_tensor()
+        out = torch.empty(tuple(dense.shape()), dtype=torch.float32, device=self.device)
+        stream = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
+        feed_ndarray(dense, out, cuda_stream=stream)
+        return out
+
+
+def _node(value: object) -> DataNode:
+    """DALI's stubs type operator results loosely; every operator used here returns one DataNode."""
+    if not isinstance(value, DataNode):
+        raise TypeError(f"expected one DALI DataNode, got {type(value).__name__}")
+    return value
+
+
+def _decoder_options(decode_device: str) -> dict[str, Any]:
+    return {
+        "device": decode_device,
+        "output_type": DALIImageType.RGB,
+        "adjust_orientation": False,  # like PIL's Image.open in the torch loader
+        "jpeg_fancy_upsampling": True,  # libjpeg's default, which PIL uses
+    }
+
+
+def _normalize(images: DataNode, device: str) -> DataNode:
+    return fn.crop_mirror_normalize(
+        images,
+        dtype=DALIDataType.FLOAT,
+        output_layout="CHW",
+        mean=[255.0 * m for m in loaders.IMAGENET_MEAN],
+        std=[255.0 * s for s in loaders.IMAGENET_STD],
+        device=device,
+    )
+
+
+def train_graph(
+    columns: Sequence[DataNode], *, decode_device: str, image_size: int, augment_load: int
+) -> DataNode:
+    """Crop-decode the drawn box, resize it to image_size, then augment_load x (flip, rotate), normalise."""
+    encoded, anchor, shape, flips, angles = columns
+    device = "gpu" if decode_device == "mixed" else "cpu"
+    images = fn.decoders.image_slice(
+        encoded,
+        anchor,
+        shape,
+        normalized_anchor=False,
+        normalized_shape=False,
+        **_decoder_options(decode_device),
+    )
+    images = _node(fn.resize(images, size=[image_size, image_size], device=device))
+    for repetition in range(augment_load):
+        images = _node(fn.flip(images, horizontal=_node(flips[repetition]), device=device))
+        images = _node(
+            fn.rotate(images, angle=_node(angles[repetition]), keep_size=True, fill_value=0, device=device)
+        )
+    return _normalize(images, device)
+
+
+def eval_graph(
+    columns: Sequence[DataNode], *, decode_device: str, image_size: int, augment_load: int
+) -> DataNode:
+    """Decode, resize the shorter side to image_size * 8/7, center-crop image_size, normalise."""
+    del augment_load  # evaluation never augments
+    encoded, resized, anchor = columns
+    device = "gpu" if decode_device == "mixed" else "cpu"
+    images = fn.decoders.image(encoded, **_decoder_options(decode_device))
+    images = _node(fn.resize(images, size=resized, device=device))
+    images = _node(fn.slice(images, start=anchor, shape=[image_size, image_size], device=device))
+    return _normalize(images, device)
