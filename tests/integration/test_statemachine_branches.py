@@ -7,6 +7,7 @@ the real containers write), through retrain.embedded.integrations.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import io
 import json
@@ -154,6 +155,16 @@ class ScriptedSageMaker:
             "CreationTime": EPOCH,
             **({"FailureReason": "AlgorithmError: loss became NaN at step 40"} if failed else {}),
         }
+        if "DebugRuleConfigurations" in request:
+            self.jobs[name]["DebugRuleEvaluationStatuses"] = [
+                {
+                    "RuleConfigurationName": rule["RuleConfigurationName"],
+                    "RuleEvaluationStatus": self.script.rule_status
+                    if rule["RuleConfigurationName"] == "LossNotDecreasing"
+                    else "NoIssuesFound",
+                }
+                for rule in request["DebugRuleConfigurations"]
+            ]
         return {"TrainingJobArn": f"arn:aws:sagemaker:us-east-1:{ACCOUNT}:training-job/{name}"}
 
     def describe_training_job(self, **request: Any) -> dict[str, Any]:
@@ -564,3 +575,41 @@ def test_a_manual_start_while_a_run_is_active_is_refused(harness: Harness) -> No
     # THEN it fails with DatasetBusyError and the other run keeps the lock
     assert result["status"] == "FAILED"
     assert harness.lock() == "flowers-00001"
+
+
+def _with_debugger_mode(harness: Harness, mode: str) -> None:
+    harness.config = dataclasses.replace(harness.config, settings={**SETTINGS, "debugger_mode": mode})
+
+
+def test_managed_debugger_mode_trains_with_rules_and_gates_on_their_statuses(harness: Harness) -> None:
+    # GIVEN DebuggerMode=managed and a managed rule that finds issues
+    _with_debugger_mode(harness, "managed")
+    harness.script.rule_status = "IssuesFound"
+    # WHEN the run executes
+    result = harness.run({"dataset": "flowers"})
+    # THEN the final training job carried the Debugger configs, no rule_check.py job ran,
+    # and the managed rule's status blocked the model
+    assert result["status"] == "SUCCEEDED", result
+    [training] = harness.sagemaker.requests["training"]
+    assert {"DebugHookConfig", "DebugRuleConfigurations", "ProfilerConfig"} <= set(training)
+    entries = [
+        r["AppSpecification"]["ContainerEntrypoint"][-1] for r in harness.sagemaker.requests["processing"]
+    ]
+    assert not any(e.endswith("rule_check.py") for e in entries)
+    record = harness.record()
+    assert record["status"] == "REJECTED" and "LossNotDecreasing" in record["gate"]["reason"]
+
+
+def test_debugger_mode_off_checks_no_rules(harness: Harness) -> None:
+    # GIVEN DebuggerMode=off
+    _with_debugger_mode(harness, "off")
+    # WHEN the run executes
+    result = harness.run({"dataset": "flowers"})
+    # THEN only the evaluation ran as a Processing job, training had no Debugger rules, the run succeeded
+    assert result["status"] == "SUCCEEDED", result
+    entries = [
+        r["AppSpecification"]["ContainerEntrypoint"][-1] for r in harness.sagemaker.requests["processing"]
+    ]
+    assert entries == ["/opt/ml/code/evaluate.py"]
+    assert "DebugRuleConfigurations" not in harness.sagemaker.requests["training"][0]
+    assert harness.record()["rule_results"] == []
