@@ -11,7 +11,9 @@ from this emulation too, so Lambdas and the CLI reach it with plain boto3.
 
 from __future__ import annotations
 
+import csv
 import datetime
+import io
 import json
 import secrets
 import shutil
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
 
 IMPORT_TASK: Final = "IMPORT_METADATA_FROM_REPOSITORY"
 RUNNING_LIFECYCLES: Final = frozenset({"PENDING", "EXECUTING"})
-REPORT_FILE: Final = "failures.json"
+REPORT_FILE: Final = "failures.csv"
 
 
 class ImportFaults(Protocol):
@@ -259,15 +261,15 @@ class FsxEmulator:
                 raise _error(
                     "InternalServerError", "injected fault: the import from the data repository failed"
                 )
-            requested_paths = [p.strip("/") for p in task["Paths"]] or [
-                fs_path for fs_path, _ in associations
-            ]
-            for rel in requested_paths:
-                source = _repository_prefix(associations, rel)
-                if source is None:
-                    failures.append({"Path": rel, "Error": "no data repository association covers this path"})
+            requested = list(task["Paths"]) or [f"/{fs_path}" for fs_path, _ in associations]
+            for path in requested:
+                resolved = _resolve_import_path(associations, path)
+                if resolved is None:
+                    failures.append(
+                        {"Path": path, "Error": "no data repository association covers this path"}
+                    )
                     continue
-                bucket, prefix = source
+                bucket, prefix, rel = resolved
                 listed = dict(self._list(bucket, prefix))
                 self._update(task_id, Status={"TotalCount": task["Status"]["TotalCount"] + len(listed)})
                 base = self.root / fs_id
@@ -329,10 +331,12 @@ class FsxEmulator:
         if report.get("Enabled"):
             bucket, prefix = _split_s3(report["Path"])
             key = "/".join(p for p in (prefix, task_id, REPORT_FILE) if p)
-            body = json.dumps({"TaskId": task_id, "Lifecycle": lifecycle, "Failures": failures}, indent=1)
+            buffer = io.StringIO()
+            writer = csv.writer(buffer)
+            for failure in failures:  # REPORT_CSV_20191124: path, status, error
+                writer.writerow([failure["Path"], "FAILED", failure["Error"]])
             try:
-                self._s3.put_object(Bucket=bucket, Key=key, Body=body.encode())
-                report = {**report, "Path": f"s3://{bucket}/{key}"}
+                self._s3.put_object(Bucket=bucket, Key=key, Body=buffer.getvalue().encode())
             except ClientError as exc:
                 message = (message or "") + f" (completion report not written: {exc})"
         changes: dict[str, Any] = {"Lifecycle": lifecycle, "EndTime": _now().isoformat(), "Report": report}
@@ -370,6 +374,28 @@ def _associations(file_system: dict[str, Any]) -> list[tuple[str, str]]:
     if import_path:
         pairs.append(("", str(import_path)))
     return pairs
+
+
+def _resolve_import_path(associations: list[tuple[str, str]], path: str) -> tuple[str, str, str] | None:
+    """(bucket, key prefix, file system path) of an import task path.
+
+    FSx takes import paths as S3 URIs (``s3://bucket/prefix/``); a file system path is accepted too."""
+    if not path.startswith("s3://"):
+        rel = path.strip("/")
+        found = _repository_prefix(associations, rel)
+        return None if found is None else (*found, rel)
+    bucket, key_prefix = _split_s3(path)
+    best: tuple[int, str, str] | None = None
+    for fs_path, uri in associations:
+        repo_bucket, repo_prefix = _split_s3(uri)
+        if repo_bucket != bucket:
+            continue
+        if repo_prefix and not (key_prefix == repo_prefix or key_prefix.startswith(repo_prefix + "/")):
+            continue
+        if best is None or len(repo_prefix) > best[0]:
+            rest = key_prefix[len(repo_prefix) :].strip("/")
+            best = (len(repo_prefix), key_prefix, "/".join(p for p in (fs_path, rest) if p))
+    return None if best is None else (bucket, best[1], best[2])
 
 
 def _repository_prefix(associations: list[tuple[str, str]], rel: str) -> tuple[str, str] | None:

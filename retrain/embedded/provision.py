@@ -173,8 +173,24 @@ def translate(packaged: dict[str, Any], parameters: dict[str, str], region: str)
                 text = props["DefinitionString"]
                 if not isinstance(text, str):
                     text = _join_literal(text)
-                props["DefinitionString"] = {"Fn::Sub": [text, substitutions]}
+                props["DefinitionString"] = definition_with_substitutions(text, substitutions)
     return translated
+
+
+def definition_with_substitutions(text: str, substitutions: dict[str, Any]) -> dict[str, Any]:
+    """DefinitionSubstitutions as an Fn::Join of literal text and the substituted values.
+
+    Not an Fn::Sub: moto resolves that with string.Template, which turns the ASL's ``$$.Execution``
+    context paths into ``$.Execution``. Placeholders the substitutions do not name stay as written."""
+    parts: list[Any] = []
+    last = 0
+    for match in re.finditer(r"\$\{([^}]+)\}", text):
+        if match.group(1) not in substitutions:
+            continue
+        parts += [text[last : match.start()], substitutions[match.group(1)]]
+        last = match.end()
+    parts.append(text[last:])
+    return {"Fn::Join": ["", parts]}
 
 
 def _join_literal(value: Any) -> str:
