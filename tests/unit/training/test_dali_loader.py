@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +133,7 @@ def test_an_epoch_abandoned_midway_does_not_leak_prefetched_batches(samples: lis
     expected = run_epoch(dali_loader.DaliLoader(samples, **options()), epoch=1)
     iterator = loader.epoch(0)
     next(iterator)
+    assert isinstance(iterator, Generator)
     iterator.close()
     # WHEN the same loader runs epoch 1
     got = run_epoch(loader, epoch=1)
