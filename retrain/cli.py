@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict
@@ -31,7 +32,7 @@ from retrain.follow import follow, plain_line, render, snapshot, wait_for_run
 from retrain.report.build import write_report
 from retrain.start import Overrides, parse_assignments, start_run
 from retrain.summary import summary
-from retrain.upload import check_dataset_name, find_files, upload_files
+from retrain.upload import check_dataset_name, find_files, likely_images, upload_files
 
 RUNS_DIR = Path("runs")
 REPORT_S3_DIR = "report/"
@@ -41,6 +42,8 @@ DEMO_TIMEOUT_MINUTES = 60
 # Template parameters the demo (and `retrain local up`) override so a run finishes in minutes on 2 CPU
 # cores: three short spot trials at 32 pixels, the best trial shipped without a final retraining, a short
 # quiet period before the run starts, and the price of a CPU instance, which is what really runs here.
+# The demo also sets MinNewImages to the number of images it uploads, so the automatic run starts with
+# all of them however far the emulated ingest lags behind the uploads (MaxWaitSeconds is the fallback).
 DEMO_PARAMETERS = {
     "TrainingInstanceType": "ml.m5.xlarge",
     "Epochs": "2",
@@ -53,7 +56,7 @@ DEMO_PARAMETERS = {
     "ImportPollSeconds": "2",
     "MinNewImages": "1",
     "QuietPeriodSeconds": "15",
-    "MaxWaitSeconds": "600",
+    "MaxWaitSeconds": "1800",
 }
 
 
@@ -69,6 +72,8 @@ class _Group(TyperGroup):
             _fail(
                 str(NoCredentialsError("no AWS credentials found: run `aws configure` or set AWS_PROFILE")), 3
             )
+        except KeyboardInterrupt:
+            _fail("interrupted (the embedded stack saved its state in .retrain/)", 130)
         except botocore.exceptions.EndpointConnectionError as error:
             _fail(
                 f"cannot reach {error.kwargs.get('endpoint_url', 'the AWS endpoint')}: if it is the embedded "
@@ -91,6 +96,23 @@ app = typer.Typer(
 )
 local_app = typer.Typer(cls=_Group, no_args_is_help=True, help="The embedded stack in the background.")
 app.add_typer(local_app, name="local")
+# The emulated Step Functions interpreter logs every failed state; the CLI shows a run's failure itself.
+QUIET_LOGGERS = ("moto.stepfunctions.parser", "werkzeug")
+
+
+@app.callback()
+def _options(
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Show the embedded runtime's logs.")
+    ] = False,
+) -> None:
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
+    if not verbose:
+        for name in QUIET_LOGGERS:
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+
 
 StackOption = Annotated[
     str | None,
@@ -164,9 +186,9 @@ def _finish(
         gate = {True: "passed", False: "rejected", None: "not reached"}[facts.gate_passed]
         console.print(f"run {facts.run_id} {facts.status}; gate {gate}: {facts.gate_reason or '-'}")
         console.print(f"report: {facts.report}")
-    if record["status"] not in ("SUCCEEDED", "REJECTED"):
-        reason = facts.failure or f"the run ended {record['status']}"
-        raise RunFailedError(f"run {record['run_id']} failed: {reason}")
+    if facts.status not in ("SUCCEEDED", "REJECTED"):
+        reason = facts.failure or f"the run ended {facts.status}"
+        raise RunFailedError(f"run {facts.run_id} failed: {reason} (report: {facts.report})")
 
 
 @app.command()
@@ -204,8 +226,9 @@ def demo(
             root = images
         files = find_files(root)
         faults, spot = _demo_runtime(fault or [], interrupt)
+        parameters = {**DEMO_PARAMETERS, "MinNewImages": str(max(1, len(likely_images(files))))}
         deployment = cleanup.enter_context(
-            local.foreground(state_dir, parameter_overrides=DEMO_PARAMETERS, faults=faults, spot=spot)
+            local.foreground(state_dir, parameter_overrides=parameters, faults=faults, spot=spot)
         )
         since = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S")
         bucket = deployment.output(names.STACK_OUTPUTS["data_bucket"])

@@ -33,6 +33,7 @@ from retrain.report.facts import (
 
 LEDGER_STATE = "state"
 LEDGER_REASON = "reason"
+EXECUTION_FAILED = ("FAILED", "TIMED_OUT", "ABORTED")
 INTERRUPTED_STATUS = "Interrupted"  # SageMaker's secondary status when spot capacity is reclaimed
 # A resumed job names the step it continued from (the container's log line or a status message).
 _RESUMED = re.compile(r"\bresum\w*\b[^\n]*?\bstep[=: ]+(\d+)", re.IGNORECASE)
@@ -192,6 +193,18 @@ def extract_profile(sagemaker: Any, s3: Any, job_name: str, out_dir: Path) -> Pa
     return found if found.is_dir() else None
 
 
+def ended_without_record(deployment: Deployment, facts: RunFacts) -> None:
+    """A run whose execution stopped before its record said so (its failure handler failed too): the
+    execution's status and cause are the truth then."""
+    execution = deployment.client("stepfunctions").describe_execution(executionArn=facts.execution_arn)
+    status = str(execution.get("status", ""))
+    if status in EXECUTION_FAILED:
+        facts.status = "FAILED"
+        cause = f"{execution.get('error', '')}: {execution.get('cause', '')}".strip(": ")
+        facts.failure = facts.failure or f"execution {status}: {cause or 'no cause given'}"
+        facts.stopped = facts.stopped or str(execution.get("stopDate", ""))
+
+
 def collect(
     deployment: Deployment,
     record: runs.RunRecord,
@@ -230,6 +243,8 @@ def collect(
         gate_reason="" if gate is None else gate["reason"],
         model_package=record.get("model_package_arn", ""),
     )
+    if facts.status not in runs.FINAL_STATUSES and facts.execution_arn:
+        ended_without_record(deployment, facts)
     facts.accepted, facts.rejected = uploads(ledger_rows(deployment, facts.dataset), upload_keys)
     if facts.tuning_job:
         facts.trials = tuning_trials(sagemaker, facts.tuning_job)

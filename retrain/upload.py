@@ -61,6 +61,18 @@ def find_files(root: Path) -> list[LocalFile]:
     return found
 
 
+def likely_images(files: Sequence[LocalFile]) -> list[LocalFile]:
+    """Files laid out as <label>/<image> with an image extension and some bytes: what the control plane
+    will most likely accept (it alone decides; this only sizes the demo's MinNewImages)."""
+    return [
+        f
+        for f in files
+        if f.relative.count("/") == 1
+        and f.path.suffix.lower() in names.IMAGE_EXTENSIONS
+        and f.path.stat().st_size > 0
+    ]
+
+
 def object_key(dataset: str, file: LocalFile) -> str:
     return f"{names.dataset_prefix(dataset)}{file.relative}"
 

@@ -1,12 +1,15 @@
 from __future__ import annotations
 
 import json
+import time
 
 import boto3
 import pytest
 from moto import mock_aws
 
+from controller import runs
 from controller.prepare import parse_request
+from retrain.collect import collect
 from retrain.deployment import connect
 from retrain.errors import RunFailedError
 from retrain.follow import wait_for_run
@@ -51,3 +54,28 @@ def test_an_execution_that_fails_before_recording_a_run_fails_with_its_cause():
             )
     # THEN it stops with the execution's error and cause
     assert "ended FAILED before it recorded a run: DatasetBusy: run r1 is active" in str(raised.value)
+
+
+def test_a_run_whose_execution_failed_without_updating_its_record_reports_failed():
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        stack = make_stack()
+        # GIVEN a run record still STARTING whose execution already failed (its failure handler failed too)
+        sfn = boto3.client("stepfunctions")
+        role = boto3.client("iam").get_role(RoleName="retrain-sfn")["Role"]["Arn"]
+        fail = {"Type": "Fail", "Error": "PrepareFailed", "Cause": "no such path $.run"}
+        definition = json.dumps({"StartAt": "Prepare", "States": {"Prepare": fail}})
+        machine = sfn.create_state_machine(name="broken", definition=definition, roleArn=role)
+        arn = sfn.start_execution(stateMachineArn=machine["stateMachineArn"], name="digits-00001")[
+            "executionArn"
+        ]
+        record = {"dataset": "digits", "run_id": "digits-00001", "status": "STARTING", "execution_arn": arn}
+        runs.put_run(record, table_name=stack.output("runs_table"), client=boto3.client("dynamodb"))
+        for _ in range(100):
+            if sfn.describe_execution(executionArn=arn)["status"] != "RUNNING":
+                break
+            time.sleep(0.05)
+        # WHEN its facts are collected
+        facts = collect(connect(stack.name), record)
+    # THEN the execution's status and cause are the run's
+    assert facts.status == "FAILED"
+    assert facts.failure == "execution FAILED: PrepareFailed: no such path $.run"

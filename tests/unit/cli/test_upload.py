@@ -4,7 +4,7 @@ import boto3
 import pytest
 
 from retrain.errors import BadDatasetNameError, EmptyFolderError, UsageError
-from retrain.upload import check_dataset_name, find_files, upload_files
+from retrain.upload import check_dataset_name, find_files, likely_images, upload_files
 
 
 def _tree(root, files):
@@ -62,3 +62,11 @@ def test_bad_dataset_names_are_refused_with_the_rule(name):
 @pytest.mark.parametrize("name", ["digits", "flowers-2026", "a_b", "X1"])
 def test_good_dataset_names_pass(name):
     assert check_dataset_name(name) == name
+
+
+def test_likely_images_are_non_empty_images_in_label_folders(tmp_path):
+    # GIVEN a good image, an empty one, a text file, a loose image and one nested too deep
+    files = {"cat/a.JPG": b"x", "cat/e.jpg": b"", "cat/n.txt": b"x", "loose.png": b"x", "cat/sub/b.png": b"x"}
+    root = _tree(tmp_path, files)
+    # THEN only the first is counted as a likely accepted upload
+    assert [f.relative for f in likely_images(find_files(root))] == ["cat/a.JPG"]
