@@ -167,3 +167,17 @@ def test_a_failed_run_prints_its_summary_then_fails_with_the_reason(stack, recor
     assert (document["status"], document["gate"]["passed"]) == ("FAILED", None)
     assert "SageMaker.ResourceLimitExceeded: too many ml.g5.xlarge instances" in str(raised.value)
     assert raised.value.exit_code != 0
+
+
+def test_without_a_stack_or_a_local_one_the_cli_says_how_to_get_one(tmp_path):
+    # GIVEN no --stack, no background embedded stack and no saved embedded state
+    result = invoke("runs", "--state-dir", str(tmp_path / "state"))
+    # THEN it says to start the embedded stack or name a deployed one
+    assert result.exit_code == 7
+    assert "retrain local up" in result.stderr and "--stack NAME" in result.stderr
+
+
+def test_local_down_without_a_running_stack_says_so(tmp_path):
+    result = invoke("local", "down", "--state-dir", str(tmp_path / "state"))
+    assert result.exit_code == 0
+    assert result.stdout == "no embedded stack was running\n"
