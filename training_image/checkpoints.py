@@ -15,7 +15,8 @@ import os
 import random
 import re
 import signal
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any, BinaryIO
@@ -93,12 +94,48 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def snapshot(value: Any) -> Any:
+    """A deep copy with every tensor copied to the CPU: what a background write may read while
+    training goes on changing the originals."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, dict):
+        return {key: snapshot(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(snapshot(item) for item in value)
+    return value
+
+
 @dataclass
 class CheckpointStore:
-    """The checkpoints of one training job on one host (contract.Paths.job_checkpoint_dir)."""
+    """The checkpoints of one training job on one host (contract.Paths.job_checkpoint_dir).
+
+    `save_async` snapshots the state and writes it on a background thread, so a step waits only
+    for the copy, not for serialisation and fsync; one write is in flight at a time.
+    """
 
     directory: Path
     keep: int = 3
+    _pending: Future[Path] | None = field(default=None, init=False, repr=False)
+    _writer: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)
+
+    def save_async(self, step: int, state: dict[str, Any]) -> None:
+        self.wait()
+        frozen = snapshot(state)
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-writer")
+        self._pending = self._writer.submit(self.save, step, frozen)
+
+    def wait(self) -> Path | None:
+        """Block until the write in flight is durable; re-raises its error."""
+        pending, self._pending = self._pending, None
+        return pending.result() if pending is not None else None
+
+    def close(self) -> None:
+        self.wait()
+        if self._writer is not None:
+            self._writer.shutdown()
+            self._writer = None
 
     def files(self) -> list[tuple[int, Path]]:
         """(step, path), newest first."""
@@ -118,6 +155,7 @@ class CheckpointStore:
         os.replace(temp, target)
         _fsync_dir(self.directory)
         self.prune()
+        log.info("checkpoint %s written", target.name)
         return target
 
     def prune(self) -> None:

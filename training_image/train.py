@@ -264,10 +264,15 @@ def _train(
                 order=order,
             )
             log.info("writing checkpoint %s", contract.checkpoint_name(current.step))
-            store.save(current.step, state)
-            log.info("checkpoint %s written", contract.checkpoint_name(current.step))
+            store.save_async(current.step, state)
         saved = position
+
+    def stop(reason: str) -> None:
+        """The interruption checkpoint is durable on rank 0 before any rank exits."""
+        save(progress)
+        store.close()
         distributed.barrier(context)
+        raise checkpoints.Interrupted(reason)
 
     frozen: bool | None = None
     ddp_model: nn.Module = model
@@ -287,10 +292,8 @@ def _train(
                 profile.step(current.step, data_wait_s, compute_s)
             if args.checkpoint_every_steps and current.step % args.checkpoint_every_steps == 0:
                 save(current)
-            stop = distributed.all_reduce_sum([float(interruption.requested)], context)[0] > 0
-            if stop:
-                save(current)
-                raise checkpoints.Interrupted(f"interrupted at step {current.step}")
+            if distributed.all_reduce_sum([float(interruption.requested)], context)[0] > 0:
+                stop(f"interrupted at step {current.step}")
 
         for epoch in range(progress.epoch, args.epochs):
             progress.epoch = epoch
@@ -330,7 +333,8 @@ def _train(
             progress.epoch, progress.next_batch = epoch + 1, 0
             save(progress)
             if interruption.requested:
-                raise checkpoints.Interrupted(f"interrupted after epoch {epoch}")
+                stop(f"interrupted after epoch {epoch}")
+    store.close()
     debugger.close(hook)
     if context.is_main:
         write_model(paths, args, model, labels, {**summary, "steps": progress.step})

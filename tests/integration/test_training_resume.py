@@ -124,20 +124,18 @@ def checkpoint_steps(base: Path) -> list[int]:
 
 
 @pytest.mark.parametrize(
-    ("trigger", "stopped_at"),
+    ("trigger", "earliest_stop"),
     [
-        # Epochs are 4 steps; checkpoints every 3 steps and at epoch ends. SIGTERM during start-up
-        # stops after the first step, with no checkpoint yet.
-        pytest.param(r"training and \d+ validation images", {1, 2}, id="mid-epoch"),
-        # The signal lands in step 4, the last of epoch 0, before its validation.
-        pytest.param(r"checkpoint ckpt-000000003\.pt written", {4}, id="right after a checkpoint"),
-        # The write completes, then the job stops without writing step 3 twice.
-        pytest.param(r"writing checkpoint ckpt-000000003\.pt", {3}, id="during a checkpoint write"),
+        # Epochs are 4 steps; checkpoints every 3 steps and at epoch ends, written in the background
+        # while training goes on. SIGTERM during start-up stops after the first step.
+        pytest.param(r"training and \d+ validation images", 1, id="mid-epoch"),
+        pytest.param(r"checkpoint ckpt-000000003\.pt written", 3, id="right after a checkpoint"),
+        pytest.param(r"writing checkpoint ckpt-000000003\.pt", 3, id="during a checkpoint write"),
     ],
 )
 def test_sigterm_then_restart_matches_uninterrupted_run(
     trigger: str,
-    stopped_at: set[int],
+    earliest_stop: int,
     workdir: Path,
     dataset: Path,
     uninterrupted: dict[str, torch.Tensor],
@@ -146,7 +144,7 @@ def test_sigterm_then_restart_matches_uninterrupted_run(
     assert run_training(workdir, dataset, sigterm_on=trigger) == contract.INTERRUPTED_EXIT_CODE
     assert not (workdir / "model" / contract.MODEL_FILE).exists()
     assert not (workdir / "output" / contract.FAILURE_FILE).exists()
-    assert checkpoint_steps(workdir)[-1] in stopped_at
+    assert checkpoint_steps(workdir)[-1] >= earliest_stop
     # WHEN the job restarts with its checkpoints
     assert run_training(workdir, dataset) == 0
     # THEN its final weights equal the uninterrupted run's bit for bit
@@ -158,11 +156,11 @@ def test_two_interruptions_in_a_row_then_restart_matches(
     workdir: Path, dataset: Path, uninterrupted: dict[str, torch.Tensor]
 ) -> None:
     # GIVEN a job interrupted after its first checkpoint, then restarted and interrupted again
-    # while writing its step-6 checkpoint, mid-epoch 1
+    # while writing its step-6 checkpoint, in epoch 1
     assert run_training(workdir, dataset, sigterm_on=r"checkpoint ckpt-000000003\.pt written") == 143
     second = run_training(workdir, dataset, sigterm_on=r"writing checkpoint ckpt-000000006\.pt")
     assert second == contract.INTERRUPTED_EXIT_CODE
-    assert checkpoint_steps(workdir)[-1] == 6
+    assert checkpoint_steps(workdir)[-1] >= 6
     # WHEN it restarts a second time
     assert run_training(workdir, dataset) == 0
     # THEN it still ends where the uninterrupted run did

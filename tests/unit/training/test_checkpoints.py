@@ -88,3 +88,28 @@ def test_sigterm_sets_the_flag_instead_of_killing_the_process() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
         assert interruption.requested
     assert signal.getsignal(signal.SIGTERM) is not interruption._handle
+
+
+def test_a_background_write_holds_the_state_as_it_was_when_saved(tmp_path: Path) -> None:
+    # GIVEN a state saved in the background
+    store = checkpoints.CheckpointStore(tmp_path)
+    weights = torch.zeros(1000)
+    store.save_async(1, {"weights": weights, "nested": [{"t": weights}]})
+    # WHEN training changes the tensors in place before the write finishes
+    weights += 1
+    store.close()
+    # THEN the checkpoint holds the values at save time
+    _, loaded = store.load_latest() or (None, {})
+    assert torch.equal(loaded["weights"], torch.zeros(1000))
+    assert torch.equal(loaded["nested"][0]["t"], torch.zeros(1000))
+
+
+def test_a_failed_background_write_surfaces_on_wait(tmp_path: Path) -> None:
+    # GIVEN a checkpoint directory that is a file (the write cannot succeed)
+    blocked = tmp_path / "blocked"
+    blocked.write_text("")
+    store = checkpoints.CheckpointStore(blocked)
+    store.save_async(1, state(1))
+    # WHEN waited for THEN the error reaches the training loop
+    with pytest.raises(OSError):
+        store.wait()

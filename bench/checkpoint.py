@@ -1,0 +1,249 @@
+"""Checkpoint cost: write and load time per model, the share of training time spent checkpointing at
+the default interval, and the time from a restart to the first resumed step.
+
+Each model's checkpoint is the real one train.py writes (weights, SGD momentum, scheduler, scaler,
+RNG and loader state) through checkpoints.CheckpointStore (temporary file, fsync, rename, fsync of
+the directory, sha256 trailer). The share is write / (interval x step + write) with the step time
+of that model measured here, side by side, at the given image and batch size. The restart time is
+train.py's wall time from process start to its first optimizer step, fresh and resumed.
+
+    .venv/bin/python bench/checkpoint.py [--image-size 112 --batch-size 16 --repeats 3 --dir /tmp]
+    add --append BENCHMARKS.md to record the result
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "training_image"))
+
+import checkpoints  # noqa: E402
+import engine  # noqa: E402
+import loaders  # noqa: E402
+import models  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import train  # noqa: E402
+from PIL import Image  # noqa: E402
+
+import contract  # noqa: E402
+
+DEFAULT_INTERVAL = int(
+    next(h.default for h in contract.HYPERPARAMETERS if h.name == "checkpoint-every-steps")
+)  # type: ignore[call-overload]
+NUM_CLASSES = 10
+
+
+def measure_model(
+    arch: str, *, image_size: int, batch_size: int, repeats: int, directory: Path
+) -> dict[str, float]:
+    args = train.get_args_parser().parse_args(["--model", arch, "--image-size", str(image_size)])
+    model = models.build_model(arch, NUM_CLASSES)
+    optimizer = train.build_optimizer(args, model)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=1000)
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    images = torch.randn(batch_size, 3, image_size, image_size)
+    labels = torch.randint(0, NUM_CLASSES, (batch_size,))
+    step_seconds = []
+    model.train()
+    for i in range(repeats + 1):
+        started = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        loss_fn(model(images), labels).backward()
+        optimizer.step()
+        scheduler.step()
+        if i:  # the first step warms up allocators and creates the momentum buffers
+            step_seconds.append(time.perf_counter() - started)
+    loader = loaders.TorchLoader(
+        [],
+        train=True,
+        batch_size=batch_size,
+        image_size=image_size,
+        augment_load=1,
+        seed=0,
+        num_workers=0,
+        device=torch.device("cpu"),
+    )
+    state = train.checkpoint_state(
+        args=args,
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        scaler=scaler,
+        loader=loader,
+        progress=engine.Progress(0, 1, 1),
+        labels=[str(i) for i in range(NUM_CLASSES)],
+        order=list(range(50_000)),
+    )
+    store = checkpoints.CheckpointStore(directory / arch, keep=2)
+    writes, loads = [], []
+    for step in range(1, repeats + 1):
+        started = time.perf_counter()
+        path = store.save(step, state)
+        writes.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        loaded = store.load_latest()
+        assert loaded is not None
+        model.load_state_dict(loaded[1]["model"])
+        optimizer.load_state_dict(loaded[1]["optimizer"])
+        loads.append(time.perf_counter() - started)
+    size = path.stat().st_size
+    shutil.rmtree(directory / arch)
+    write, step_time = statistics.median(writes), statistics.median(step_seconds)
+    return {
+        "megabytes": size / 2**20,
+        "write_s": write,
+        "load_s": statistics.median(loads),
+        "step_s": step_time,
+        "share": write / (DEFAULT_INTERVAL * step_time + write),
+    }
+
+
+def write_images(root: Path, per_label: int = 24) -> None:
+    rng = np.random.default_rng(0)
+    for label in ("a", "b"):
+        (root / label).mkdir(parents=True)
+        for i in range(per_label):
+            Image.fromarray(rng.integers(0, 256, (72, 96, 3), dtype=np.uint8)).save(root / label / f"{i}.jpg")
+
+
+def seconds_to_first_step(base: Path, data: Path, epochs: int) -> float:
+    """Wall time from starting train.py to the checkpoint after its first step (every step checkpoints)."""
+    env = {
+        **os.environ,
+        contract.BASE_DIR_ENV: str(base),
+        contract.CHANNEL_ENV_PREFIX + "TRAIN": str(data),
+        contract.JOB_NAME_ENV: "bench-restart",
+    }
+    command = [
+        sys.executable,
+        str(ROOT / "training_image" / "train.py"),
+        "--model",
+        "resnet18",
+        "--epochs",
+        str(epochs),
+        "--batch-size",
+        "8",
+        "--image-size",
+        "64",
+        "--checkpoint-every-steps",
+        "1",
+        "--num-workers",
+        "0",
+        "--debug-hook",
+        "false",
+    ]
+    started = time.perf_counter()
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert process.stderr is not None
+    elapsed: float | None = None
+    for line in process.stderr:
+        if elapsed is None and re.search(r"writing checkpoint", line):
+            elapsed = time.perf_counter() - started
+            process.send_signal(signal.SIGTERM)
+    process.wait(timeout=600)
+    if elapsed is None:
+        raise RuntimeError(f"train.py exited {process.returncode} before its first step")
+    return elapsed
+
+
+def measure_restart(directory: Path) -> dict[str, float]:
+    data = directory / "data"
+    write_images(data)
+    base = directory / "job"
+    fresh = seconds_to_first_step(base, data, epochs=1)  # SIGTERM after step 1 leaves its checkpoint
+    resumed = seconds_to_first_step(base, data, epochs=1)  # resumes at step 1, checkpoints step 2
+    return {"fresh_s": fresh, "resumed_s": resumed}
+
+
+def render(results: dict[str, dict[str, float]], restart: dict[str, float], args: argparse.Namespace) -> str:
+    machine = f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, no GPU"
+    load = os.getloadavg()[0]
+    command = (
+        f".venv/bin/python bench/checkpoint.py --models {' '.join(args.models)} --threads {args.threads} "
+        f"--image-size {args.image_size} --batch-size "
+        f"{args.batch_size} --repeats {args.repeats} --dir {args.dir}"
+    )
+    rows = [
+        f"| {arch} | {r['megabytes']:.0f} | {r['write_s']:.2f} | {r['load_s']:.2f} | {r['step_s']:.2f} | "
+        f"{100 * r['share']:.2f}% |"
+        for arch, r in results.items()
+    ]
+    return "\n".join(
+        [
+            "",
+            f"## Checkpoint cost ({time.strftime('%Y-%m-%d')})",
+            "",
+            f"Machine: {machine}. Command: `{command}`. Checkpoint directory on {args.dir}; medians of "
+            f"{args.repeats} writes/loads and training steps (SGD, batch {args.batch_size}, "
+            f"{args.image_size} px, {NUM_CLASSES} classes, {args.threads} torch thread(s)). Load average "
+            f"during the run: {load:.1f} (the machine is shared; all times are wall times).",
+            "",
+            f"| model | MiB | write s | load s | step s | share at {DEFAULT_INTERVAL} steps |",
+            "| --- | --- | --- | --- | --- | --- |",
+            *rows,
+            "",
+            "Restart to first step (train.py, resnet18, 64 px, batch 8, wall time from process start): fresh "
+            f"{restart['fresh_s']:.1f} s, resumed from a checkpoint {restart['resumed_s']:.1f} s "
+            f"(ratio {restart['resumed_s'] / restart['fresh_s']:.2f}).",
+            "",
+            "Target: share <= 1%. The share scales with step time: a GPU step is far shorter than a "
+            "CPU one, so the same write costs a larger share there (not measured here: no GPU).",
+            "",
+        ]
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--models", nargs="+", default=list(contract.MODELS), choices=contract.MODELS)
+    parser.add_argument("--image-size", type=int, default=112)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch threads")
+    parser.add_argument(
+        "--dir", type=Path, default=Path(tempfile.gettempdir()), help="where checkpoints are written"
+    )
+    parser.add_argument("--append", type=Path, default=None, help="append the markdown section to this file")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory(dir=args.dir, prefix="bench-checkpoint-") as scratch:
+        work = Path(scratch)
+        results = {
+            arch: measure_model(
+                arch,
+                image_size=args.image_size,
+                batch_size=args.batch_size,
+                repeats=args.repeats,
+                directory=work,
+            )
+            for arch in args.models
+        }
+        restart = measure_restart(work)
+    print(json.dumps({"models": results, "restart": restart}, indent=2))
+    text = render(results, restart, args)
+    print(text)
+    if args.append is not None:
+        with args.append.open("a", encoding="utf-8") as handle:
+            handle.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
