@@ -68,6 +68,8 @@ TIME_FIELDS = frozenset(
     }
 )
 INTERRUPTIONS_FIELD = "retrain:interruptions"
+# SageMaker adds this hyperparameter to every training job a tuning job launches.
+TUNING_OBJECTIVE_HYPERPARAMETER = "_tuning_objective_metric"
 ACTIVE = ("InProgress", "Stopping")
 TRAINING_TERMINAL_SECONDARY = ("Completed", "Failed", "Stopped", "MaxRuntimeExceeded", "MaxWaitTimeExceeded")
 
@@ -84,14 +86,22 @@ def _aware(value: Any, key: str = "") -> Any:
 
 
 def _plain(request: dict[str, Any]) -> dict[str, Any]:
-    """A deep, JSON-safe copy of a request (datetimes as epoch seconds)."""
+    """A deep, JSON-safe copy of a request (datetimes as epoch seconds, null members dropped as
+    Step Functions may pass `"VpcConfig.$"` paths that resolve to null)."""
 
     def default(value: Any) -> Any:
         if isinstance(value, datetime):
             return value.timestamp()
         raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
-    result: dict[str, Any] = json.loads(json.dumps(request, default=default))
+    def drop_nulls(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: drop_nulls(v) for k, v in value.items() if v is not None}
+        if isinstance(value, list):
+            return [drop_nulls(v) for v in value]
+        return value
+
+    result: dict[str, Any] = drop_nulls(json.loads(json.dumps(request, default=default)))
     return result
 
 
@@ -576,7 +586,12 @@ class SageMakerEmulator:
         )
         job = {k: copy.deepcopy(v) for k, v in definition.items() if k not in skipped}
         job["TrainingJobName"] = trial
-        job["HyperParameters"] = {**(definition.get("StaticHyperParameters") or {}), **tuned}
+        objective = request["HyperParameterTuningJobConfig"]["HyperParameterTuningJobObjective"]
+        job["HyperParameters"] = {
+            **(definition.get("StaticHyperParameters") or {}),
+            **tuned,
+            TUNING_OBJECTIVE_HYPERPARAMETER: objective["MetricName"],
+        }
         self._launch_training(job, tuning_arn, control)
 
     def _parent_trials(self, request: dict[str, Any]) -> list[dict[str, Any]]:

@@ -21,7 +21,8 @@ class SpotSchedule:
     S3, or `after_seconds` after the attempt started (whichever is set and comes first). The job
     gets SIGTERM, SIGKILL after `grace_seconds`, waits `capacity_wait_seconds` for capacity and
     restarts from the checkpoints in CheckpointConfig.S3Uri. `price_ratio` is the spot price as a
-    share of the on-demand price: BillableTimeInSeconds = ceil(running seconds * price_ratio).
+    share of the on-demand price: BillableTimeInSeconds = ceil(seconds on an instance * price_ratio),
+    the seconds on an instance being TrainingTimeInSeconds less the waits for capacity.
     """
 
     interruptions: int = 0

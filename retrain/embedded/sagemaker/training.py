@@ -106,8 +106,11 @@ def script_args(hyperparameters: dict[str, str]) -> list[str]:
     return args
 
 
-def program_name(hyperparameters: dict[str, str]) -> str:
-    raw = hyperparameters.get("sagemaker_program", contract.PROGRAM)
+def program_name(hyperparameters: dict[str, str], environment: dict[str, str] | None = None) -> str:
+    """The entry script: the SDK's sagemaker_program hyperparameter, else the job's SAGEMAKER_PROGRAM
+    environment variable, else the contract's train.py."""
+    default = (environment or {}).get(contract.PROGRAM_ENV, contract.PROGRAM)
+    raw = hyperparameters.get("sagemaker_program", default)
     try:
         decoded = json.loads(raw)
     except json.JSONDecodeError:
@@ -226,6 +229,7 @@ class TrainingRun:
         self.interruptions_left = self.ctx.spot.interruptions_for(self.name) if self.spot else 0
         self.kill_on_checkpoint = self.ctx.faults.kill_during_checkpoint_write(self.name)
         self.running_seconds = 0.0
+        self.waiting_seconds = 0.0
         self.started = 0.0
         self.interruptions: list[dict[str, Any]] = []
         self.log_streams: list[str] = []
@@ -277,10 +281,11 @@ class TrainingRun:
                 status, secondary = "Failed", "Failed"
                 reason = f"InternalServerError: uploading the job's artifacts failed: {exc}"
         training_seconds = max(1, math.ceil(end - self.started))
-        running = max(1, math.ceil(self.running_seconds))
-        billable = (
-            max(1, math.ceil(self.running_seconds * self.ctx.spot.price_ratio)) if self.spot else running
-        )
+        if self.spot:
+            on_instance = max(0.0, end - self.started - self.waiting_seconds)
+            billable = max(1, math.ceil(on_instance * self.ctx.spot.price_ratio))
+        else:
+            billable = training_seconds
         changes.update(
             {
                 "TrainingEndTime": end,
@@ -398,7 +403,7 @@ class TrainingRun:
                 contract.HOSTS_ENV: json.dumps([contract.DEFAULT_HOST]),
                 contract.CURRENT_HOST_ENV: contract.DEFAULT_HOST,
                 contract.JOB_NAME_ENV: self.name,
-                contract.PROGRAM_ENV: program_name(self.hyperparameters),
+                contract.PROGRAM_ENV: program_name(self.hyperparameters, self.request.get("Environment")),
                 "SM_CHANNELS": json.dumps(channels),
                 "SM_HPS": json.dumps(self.hyperparameters),
                 "SM_USER_ARGS": json.dumps(script_args(self.hyperparameters)),
@@ -421,7 +426,7 @@ class TrainingRun:
 
     def _attempt(self, attempt: int, resumed_step: int | None) -> str:
         """Runs the container once; 'done' when it exited on its own, 'interrupted' for a spot restart."""
-        program = self.ctx.code_dir / program_name(self.hyperparameters)
+        program = self.ctx.code_dir / program_name(self.hyperparameters, self.request.get("Environment"))
         if not program.is_file():
             raise JobFailedError(
                 f"AlgorithmError: the training image has no program {program.name} in {self.ctx.code_dir}"
@@ -551,13 +556,17 @@ class TrainingRun:
         self.transition("Interrupted", message)
 
     def _wait_for_capacity(self, attempt: int) -> None:
-        deadline = time.time() + self.ctx.spot.capacity_wait_seconds
-        while time.time() < deadline:
-            if self.control.stop_requested.is_set():
-                raise JobStoppedError(self.control.stop_reason)
-            if time.time() - self.started > self.max_wait:
-                raise JobStoppedError("MaxWaitTimeExceeded")
-            time.sleep(min(POLL_SECONDS, max(0.0, deadline - time.time())))
+        began = time.time()
+        deadline = began + self.ctx.spot.capacity_wait_seconds
+        try:
+            while time.time() < deadline:
+                if self.control.stop_requested.is_set():
+                    raise JobStoppedError(self.control.stop_reason)
+                if time.time() - self.started > self.max_wait:
+                    raise JobStoppedError("MaxWaitTimeExceeded")
+                time.sleep(min(POLL_SECONDS, max(0.0, deadline - time.time())))
+        finally:
+            self.waiting_seconds += time.time() - began
         self.transition("Restarting", f"Spot capacity available; restarting the job (attempt {attempt + 1})")
 
     def _read_output(self, process: subprocess.Popen[str], shipper: LogShipper) -> None:

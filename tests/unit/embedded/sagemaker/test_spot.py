@@ -134,17 +134,13 @@ def test_kill_during_checkpoint_write_leaves_a_torn_checkpoint_and_spot_restarts
     emulator.create_training_job(**spot_request("spot-torn"))
     job = wait_training(emulator, "spot-torn")
 
-    # THEN S3 got a torn first checkpoint, the restart skipped it and the job still completed
+    # THEN the restart found the torn first checkpoint in S3, skipped it, and the job still completed
     assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason")
     assert [i["Cause"] for i in job[INTERRUPTIONS_FIELD]] == ["checkpoint-write"]
-    torn = (
-        aws["s3"]
-        .get_object(Bucket=BUCKET, Key="checkpoints/spot-torn/algo-1/ckpt-000000002.pt")["Body"]
-        .read()
-    )
-    assert len(torn) < 2000
-    second = _log_text(emulator, "spot-torn")[1]
+    first, second = _log_text(emulator, "spot-torn")
+    assert "instance lost while writing ckpt-000000002.pt" in first
     assert "skipping torn checkpoint ckpt-000000002.pt" in second
+    assert "starting at step 0 " in second
 
 
 def test_kill_during_checkpoint_write_fails_an_on_demand_job(

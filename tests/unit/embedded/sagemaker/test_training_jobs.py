@@ -263,3 +263,22 @@ def test_list_training_jobs_filters_and_sorts(
     # THEN the filters and order hold
     assert [s["TrainingJobName"] for s in failed] == ["list-bad"]
     assert [s["TrainingJobName"] for s in named] == ["list-bad", "list-ok"]
+
+
+def test_sagemaker_program_environment_picks_the_entry_script_and_null_members_are_ignored(
+    aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator], code_dir: Any
+) -> None:
+    # GIVEN an image whose entry script is only reachable through SAGEMAKER_PROGRAM, and a request
+    # with a member that a Step Functions path resolved to null
+    put_images(aws["s3"], "data/train")
+    (code_dir / "train.py").rename(code_dir / "entry.py")
+    emulator = make_emulator()
+    request = training_request("program-env", Environment={"SAGEMAKER_PROGRAM": "entry.py"}, VpcConfig=None)
+
+    # WHEN the job runs
+    emulator.create_training_job(**request)
+    job = wait_training(emulator, "program-env")
+
+    # THEN entry.py ran and the null member is absent from the description
+    assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason")
+    assert "VpcConfig" not in job

@@ -90,7 +90,13 @@ def test_tuning_runs_the_trials_within_the_parallel_limit_and_reports_the_best(
     for trial in trials:
         described = emulator.describe_training_job(TrainingJobName=trial["TrainingJobName"])
         assert described["TuningJobArn"] == arn
-        assert set(described["HyperParameters"]) == {"epochs", "steps-per-epoch", "lr", "optimizer"}
+        assert described["HyperParameters"].keys() == {
+            "epochs",
+            "steps-per-epoch",
+            "lr",
+            "optimizer",
+            "_tuning_objective_metric",
+        }
         assert 0.001 <= float(described["HyperParameters"]["lr"]) <= 0.2
         windows.append((described["CreationTime"], described["TrainingEndTime"]))
     for start, _ in windows:
