@@ -11,7 +11,7 @@ import contextlib
 import json
 import logging
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,7 +25,7 @@ from typer.core import TyperGroup
 
 from controller import names, runs
 from retrain import demo_data, local
-from retrain.collect import collect, find_run, runs_table
+from retrain.collect import collect, find_run, ledger_rows, runs_table
 from retrain.deployment import Deployment, connect
 from retrain.errors import EmbeddedRuntimeError, NoCredentialsError, RetrainError, RunFailedError, UsageError
 from retrain.follow import follow, plain_line, render, snapshot, wait_for_run
@@ -237,9 +237,28 @@ def demo(
             keys += upload_files(deployment.client("s3"), bucket, dataset, batch)
             if not json_output:
                 console.print(f"upload batch {number}: {len(batch)} files to s3://{bucket}/data/{dataset}/")
-        record = wait_for_run(deployment, dataset, since=since, timeout_seconds=timeout * 60)
+        progress = _ledger_progress(deployment, dataset, set(keys), console)
+        record = wait_for_run(
+            deployment, dataset, since=since, timeout_seconds=timeout * 60, on_wait=progress
+        )
         record = follow(deployment, record, console=console, live=live, timeout_seconds=timeout * 60)
         _finish(deployment, record, json_output=json_output, console=console, upload_keys=set(keys))
+
+
+def _ledger_progress(
+    deployment: Deployment, dataset: str, keys: set[str], console: Console
+) -> Callable[[], None]:
+    """While the demo waits for its run: how many of its uploads the control plane has recorded so far."""
+    last = -1
+
+    def show() -> None:
+        nonlocal last
+        recorded = sum(1 for row in ledger_rows(deployment, dataset) if row.get(names.LEDGER_SK) in keys)
+        if recorded != last:
+            console.print(f"waiting for the run: {recorded} of {len(keys)} uploads recorded in the ledger")
+            last = recorded
+
+    return show
 
 
 def _demo_runtime(fault_specs: list[str], interrupt: int) -> tuple[Any, Any]:

@@ -230,6 +230,7 @@ def wait_for_run(
     timeout_seconds: float,
     poll_seconds: float = POLL_SECONDS,
     sleep: Callable[[float], None] = time.sleep,
+    on_wait: Callable[[], None] | None = None,
 ) -> runs.RunRecord:
     """The run with `run_id`, or else the first run of `dataset` created at or after `since`, once it
     exists. An execution that ends before its first state recorded the run fails with its own cause."""
@@ -248,6 +249,8 @@ def wait_for_run(
                     f"execution {execution_arn} ended {execution['status']} before it recorded a run: "
                     f"{cause or 'no cause given'}"
                 )
+        if on_wait is not None:
+            on_wait()
         if time.monotonic() >= deadline:
             raise RetrainError(
                 f"no run of data set {dataset!r} started within {int(timeout_seconds)} s: check "
