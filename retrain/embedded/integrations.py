@@ -379,6 +379,25 @@ def _task_classes() -> tuple[type, type]:
     return SageMakerTask, AwsSdkTask
 
 
+def _error_name_modules() -> list[Any]:
+    """moto's Parallel and Map states re-raise a branch's error as CustomErrorName, which refuses the
+    ``States.*`` names (``States.TaskFailed`` from a .sync job) and crashes the whole execution."""
+    from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration import iteration_worker
+    from moto.stepfunctions.parser.asl.component.state.exec.state_parallel import branches_decl
+
+    return [branches_decl, iteration_worker]
+
+
+def _rethrown_error_name(error_name: str) -> Any:
+    """The error name a Parallel/Map state re-raises: States.* as moto's StatesErrorName."""
+    from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import CustomErrorName
+    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import StatesErrorName
+
+    if error_name.startswith("States."):
+        return StatesErrorName.from_name(error_name)
+    return CustomErrorName(error_name=error_name)
+
+
 @contextmanager
 def installed(
     *,
@@ -406,13 +425,19 @@ def installed(
             return aws_sdk_task()
         return original_factory(service_name)
 
+    error_name_modules = _error_name_modules()
+    original_error_names = [module.CustomErrorName for module in error_name_modules]
     _ACTIVE.lambda_invoker, _ACTIVE.sagemaker, _ACTIVE.fsx = lambda_invoker, sagemaker, fsx
     state_task_factory.state_task_service_for = service_for
     lambda_function.invoke = _patched_lambda_invoke(original_invoke)
+    for module in error_name_modules:
+        module.CustomErrorName = _rethrown_error_name
     try:
         yield
     finally:
         state_task_factory.state_task_service_for = original_factory
         lambda_function.invoke = original_invoke
+        for module, original in zip(error_name_modules, original_error_names, strict=True):
+            module.CustomErrorName = original
         _ACTIVE.lambda_invoker = _ACTIVE.sagemaker = _ACTIVE.fsx = None
         _LOCK.release()

@@ -31,6 +31,7 @@ from retrain.embedded.event_sources import Scheduler, SqsPoller
 from retrain.embedded.faults import FaultingSageMaker, Faults
 from retrain.embedded.fsx import FsxEmulator, install_api
 from retrain.embedded.lambda_runtime import LambdaRuntime
+from retrain.embedded.sagemaker_events import JobEvents
 
 LOG = logging.getLogger(__name__)
 REPO_ROOT: Final = Path(__file__).resolve().parents[2]
@@ -81,6 +82,7 @@ class EmbeddedStack:
         self.runtime: LambdaRuntime | None = None
         self.fsx: FsxEmulator | None = None
         self.sagemaker: Any = None
+        self.job_events: JobEvents | None = None
         self.wiring: provision.Wiring | None = None
         self.translated: dict[str, Any] = {}
         self._pollers: list[SqsPoller] = []
@@ -127,10 +129,13 @@ class EmbeddedStack:
         self.runtime = LambdaRuntime(
             {}, endpoint_url=self.endpoint_url, log_dir=self.state_dir / "logs" / "lambda"
         )
+        job_events = self.job_events = JobEvents(self.sagemaker, self.client("events"))
+        # What Step Functions and boto3 reach: state-change events published, the fault knobs applied.
+        service = FaultingSageMaker(job_events, self.faults)
         self._exit.enter_context(
             integrations.installed(
                 lambda_invoker=self.runtime.invoke,
-                sagemaker=FaultingSageMaker(self.sagemaker, self.faults),
+                sagemaker=service,
                 fsx=self.fsx,
             )
         )
@@ -138,7 +143,7 @@ class EmbeddedStack:
         from retrain.embedded.sagemaker import api_installed
 
         try:
-            self._exit.enter_context(api_installed(self.sagemaker))
+            self._exit.enter_context(api_installed(service))
         except (RuntimeError, TypeError) as error:
             # Task states still reach the emulator directly; only boto3's SageMaker calls lose it.
             LOG.warning("SageMaker HTTP API not routed to the emulator: %s", error)
@@ -151,6 +156,7 @@ class EmbeddedStack:
             logs_client=self.client("logs"),
         )
         self._start_event_sources()
+        job_events.start()
 
     def _sagemaker(self, s3: Any) -> Any:
         from retrain.embedded.sagemaker import SageMakerEmulator
@@ -361,6 +367,8 @@ class EmbeddedStack:
             self._scheduler.stop()
         if self.sagemaker is not None:
             self.sagemaker.close()
+        if self.job_events is not None:
+            self.job_events.stop()
         if self.fsx is not None:
             self.fsx.wait()
         if save and self.wiring is not None:

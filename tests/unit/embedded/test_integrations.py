@@ -143,6 +143,36 @@ def test_moto_still_has_the_symbols_the_patch_replaces() -> None:
     ]
 
 
+def test_moto_parallel_and_map_still_rethrow_through_custom_error_name() -> None:
+    from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration import iteration_worker
+    from moto.stepfunctions.parser.asl.component.state.exec.state_parallel import branches_decl
+
+    assert branches_decl.CustomErrorName.__name__ == "CustomErrorName"
+    assert iteration_worker.CustomErrorName.__name__ == "CustomErrorName"
+
+
+def test_a_failed_sync_job_in_a_parallel_branch_is_caught_as_states_task_failed(sfn: Any) -> None:
+    branch = _task(TRAIN_SYNC, {"TrainingJobName": "in-branch"})
+    del branch["States"]["Caught"]
+    definition = {
+        "StartAt": "Both",
+        "States": {
+            "Both": {
+                "Type": "Parallel",
+                "Branches": [branch],
+                "Catch": [{"ErrorEquals": [TASK_FAILED], "ResultPath": "$.error", "Next": "Caught"}],
+                "End": True,
+            },
+            "Caught": {"Type": "Pass", "End": True},
+        },
+    }
+    with installed(sagemaker=ScriptedSageMaker(final="Failed", polls=0)):
+        result = _run(sfn, definition, {})
+
+    assert result["status"] == "SUCCEEDED"
+    assert json.loads(result["output"])["error"]["Error"] == TASK_FAILED
+
+
 def test_patches_are_removed_on_exit() -> None:
     from moto.awslambda.models import LambdaFunction
     from moto.stepfunctions.parser.asl.component.state.exec.state_task import state_task_factory

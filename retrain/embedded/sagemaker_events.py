@@ -1,0 +1,129 @@
+"""SageMaker job state-change events on the emulated EventBridge, as SageMaker sends them.
+
+SageMaker puts an ``aws.sagemaker`` event on the default bus each time a training, processing or tuning
+job changes status; rules in the template react to them (checkpoint evaluations finishing, for one).
+:class:`JobEvents` stands in front of the SageMaker emulator (for Step Functions and the HTTP API alike),
+notes every job created through it, and a watcher thread describes those jobs and puts one event per
+status change, with the job's description as the detail and its tags as a map.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from typing import Any, Final
+
+from retrain.embedded.integrations import to_sfn_json
+
+LOG = logging.getLogger(__name__)
+SOURCE: Final = "aws.sagemaker"
+# create method -> (describe method, name key, status key, detail-type)
+KINDS: Final[dict[str, tuple[str, str, str, str]]] = {
+    "create_training_job": (
+        "describe_training_job",
+        "TrainingJobName",
+        "TrainingJobStatus",
+        "SageMaker Training Job State Change",
+    ),
+    "create_processing_job": (
+        "describe_processing_job",
+        "ProcessingJobName",
+        "ProcessingJobStatus",
+        "SageMaker Processing Job State Change",
+    ),
+    "create_hyper_parameter_tuning_job": (
+        "describe_hyper_parameter_tuning_job",
+        "HyperParameterTuningJobName",
+        "HyperParameterTuningJobStatus",
+        "SageMaker HyperParameter Tuning Job State Change",
+    ),
+}
+TERMINAL: Final = frozenset({"Completed", "Failed", "Stopped"})
+
+
+def state_change_event(kind: str, description: dict[str, Any], tags: list[dict[str, str]]) -> dict[str, Any]:
+    """The PutEvents entry SageMaker sends for one status change of a job."""
+    _, _, _, detail_type = KINDS[kind]
+    detail = dict(to_sfn_json(description))
+    detail["Tags"] = {tag["Key"]: tag["Value"] for tag in tags}
+    return {
+        "Source": SOURCE,
+        "DetailType": detail_type,
+        "Detail": json.dumps(detail),
+        "Resources": [
+            str(
+                description.get("TrainingJobArn")
+                or description.get("ProcessingJobArn")
+                or description.get("HyperParameterTuningJobArn")
+                or ""
+            )
+        ],
+    }
+
+
+class JobEvents:
+    """A pass-through to the SageMaker service that also publishes its jobs' state changes."""
+
+    def __init__(self, service: Any, events_client: Any, *, poll_seconds: float = 1.0) -> None:
+        self._service = service
+        self._events = events_client
+        self._poll = poll_seconds
+        self._watched: dict[tuple[str, str], tuple[list[dict[str, str]], str | None]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="sagemaker-events")
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._service, name)
+        if name not in KINDS:
+            return method
+
+        def create(**request: Any) -> Any:
+            response = method(**request)
+            _, name_key, _, _ = KINDS[name]
+            with self._lock:
+                self._watched[(name, str(request[name_key]))] = (list(request.get("Tags") or []), None)
+            return response
+
+        return create
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(10.0)
+        self.publish_changes()
+
+    def publish_changes(self) -> int:
+        """Describe every watched job once and put an event for each changed status; how many."""
+        with self._lock:
+            watched = list(self._watched.items())
+        sent = 0
+        for (kind, job), (tags, last) in watched:
+            describe, name_key, status_key, _ = KINDS[kind]
+            try:
+                description = getattr(self._service, describe)(**{name_key: job})
+            except Exception:
+                LOG.exception("describing %s %s for its state-change event", kind, job)
+                continue
+            status = description.get(status_key)
+            if status == last:
+                continue
+            self._events.put_events(Entries=[state_change_event(kind, description, tags)])
+            sent += 1
+            with self._lock:
+                if status in TERMINAL:
+                    self._watched.pop((kind, job), None)
+                else:
+                    self._watched[(kind, job)] = (tags, status)
+        return sent
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._poll):
+            try:
+                self.publish_changes()
+            except Exception:
+                LOG.exception("publishing SageMaker state-change events")
