@@ -44,6 +44,7 @@ SIZES = ((500, 375), (640, 480), (480, 640), (375, 500), (500, 333), (640, 427))
 TARGET_SPEEDUP = 3.6  # DALI / DataLoader step rate at augment-load 12 on one GPU (the DALI study)
 TARGET_CEILING_SHARE = 0.9  # DALI within 10% of the synthetic-data step rate
 TARGET_AUGMENT_LOAD = 12
+SECTION = "## Data loaders: DataLoader vs DALI (bench/loader.py)"
 
 
 def write_jpegs(root: Path, count: int, *, seed: int = 0) -> list[data.Sample]:
@@ -238,13 +239,21 @@ def verdict(rows: Sequence[Row], device: torch.device) -> str:
     )
 
 
-def report(rows: Sequence[Row], args: argparse.Namespace, device: torch.device, kinds: Sequence[str]) -> str:
+def report(
+    rows: Sequence[Row],
+    args: argparse.Namespace,
+    device: torch.device,
+    kinds: Sequence[str],
+    load: tuple[float, float],
+) -> str:
     command = shlex.join([".venv/bin/python", "bench/loader.py", *sys.argv[1:]])
     return "\n".join(
         [
             f"### Loader and {ARCH} step rate ({datetime.now(UTC):%Y-%m-%d %H:%M} UTC, device {device.type})",
             "",
-            f"Machine: {machine(device)}.",
+            f"Machine: {machine(device)}; 1-minute load average {load[0]:.1f} at the start and "
+            f"{load[1]:.1f} at the end (other processes share these cores: absolute rates vary, the ratios "
+            "within one run are the figures to compare).",
             f"Command: `{command}`.",
             f"{args.images} generated JPEGs of 500x375 to 640x480, {NUM_LABELS} labels, image-size "
             f"{args.image_size}, batch {args.batch_size}, {args.workers} DataLoader workers / DALI threads, "
@@ -292,12 +301,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         kinds = ("torch",)
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         samples = write_jpegs(Path(tmp), args.images)
+        load_before = os.getloadavg()[0]
         rows = measure(samples, args, device, kinds)
-    text = report(rows, args, device, kinds)
+    text = report(rows, args, device, kinds, (load_before, os.getloadavg()[0]))
     print(text)
     if args.append is not None:
+        existing = args.append.read_text(encoding="utf-8") if args.append.exists() else ""
         with args.append.open("a", encoding="utf-8") as out:
-            out.write("\n" + text)
+            out.write(("" if SECTION in existing else f"\n{SECTION}\n") + "\n" + text)
     return 0
 
 

@@ -140,6 +140,7 @@ class DaliLoader:
         self.skipped: dict[str, str] = {}  # path -> why DALI could not use it
         self._pipe: Pipeline | None = None
         self._epoch = 0
+        self._generation = 0  # which epoch() call owns the pipeline
         self._plan: deque[tuple[int, list[tuple[int, data.Sample]]]] = deque()
         self._in_flight: deque[tuple[int, list[tuple[int, data.Sample]], list[_Item]]] = deque()
 
@@ -165,7 +166,8 @@ class DaliLoader:
             for number in range(start_batch, len(batches))
         )
         self._in_flight = deque()
-        finished = False
+        self._generation += 1
+        generation, finished = self._generation, False
         try:
             pipe = self._pipeline()
             while True:
@@ -186,7 +188,9 @@ class DaliLoader:
                 self.position = (epoch, number + 1)
                 yield images, labels
         finally:
-            if finished and self._pipe is not None:
+            if generation != self._generation:
+                pass  # a later epoch() owns the pipeline now
+            elif finished and self._pipe is not None:
                 self._pipe.reset()
             else:
                 self._pipe = None  # stopped mid-epoch: prefetched batches must not leak into the next

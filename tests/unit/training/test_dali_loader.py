@@ -174,6 +174,18 @@ def test_a_file_damaged_after_the_scan_is_skipped_and_counted(tmp_path: Path) ->
     assert loader.state_dict()["skipped"] == loader.skipped
 
 
+def test_a_batch_with_no_decodable_image_fails_with_a_clear_reason(tmp_path: Path) -> None:
+    # GIVEN a first evaluation batch whose two images were both overwritten after the scan
+    samples = write_images(tmp_path, 4)
+    for sample in samples[:2]:
+        sample.path.write_text("not an image", encoding="utf-8")
+    loader = dali_loader.DaliLoader(samples, **options(train=False, batch_size=2))
+    # WHEN the epoch runs
+    # THEN it stops with a data error that says what to do (train.py turns it into the failure file)
+    with pytest.raises(data.DataError, match=r"no image of batch 0 can be decoded.*remove the undecodable"):
+        list(loader.epoch(0))
+
+
 def test_a_checkpoint_from_other_data_is_refused(samples: list[data.Sample]) -> None:
     # GIVEN the state of a loader over fewer samples
     state = dali_loader.DaliLoader(samples[:-2], **options()).state_dict()
