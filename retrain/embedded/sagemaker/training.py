@@ -230,6 +230,7 @@ class TrainingRun:
         self.kill_on_checkpoint = self.ctx.faults.kill_during_checkpoint_write(self.name)
         self.running_seconds = 0.0
         self.waiting_seconds = 0.0
+        self.retries_left = int((request.get("RetryStrategy") or {}).get("MaximumRetryAttempts", 0))
         self.started = 0.0
         self.interruptions: list[dict[str, Any]] = []
         self.log_streams: list[str] = []
@@ -380,7 +381,15 @@ class TrainingRun:
                     f"Restarted from checkpoints in S3 (attempt {attempt}); newest checkpoint step "
                     f"{resumed_step if resumed_step is not None else 'none'}",
                 )
-            outcome = self._attempt(attempt, resumed_step)
+            try:
+                outcome = self._attempt(attempt, resumed_step)
+            except JobFailedError as exc:
+                # RetryStrategy: SageMaker restarts a job that failed with an InternalServerError.
+                if not str(exc).startswith("InternalServerError") or self.retries_left <= 0:
+                    raise
+                self.retries_left -= 1
+                self.transition("Restarting", f"Retrying after {exc} ({self.retries_left} retries left)")
+                continue
             if outcome == "done":
                 return
             self._wait_for_capacity(attempt)
@@ -459,21 +468,21 @@ class TrainingRun:
         new_checkpoints = 0
         interrupt: str | None = None
         stop: str | None = None
+        restored = set(self._local_checkpoints())
         try:
             while process.poll() is None:
                 time.sleep(POLL_SECONDS)
                 elapsed = time.time() - start
+                if self.kill_on_checkpoint:
+                    written = [p for p in self._local_checkpoints() if p not in restored]
+                    if written:
+                        self.kill_on_checkpoint = False
+                        interrupt = self._kill_during_write(process, written[-1], shipper)
+                        break
                 if self.checkpoint_sync is not None:
                     for path in self.checkpoint_sync.stable_new_files():
-                        is_checkpoint = CHECKPOINT_PATTERN.search(path.as_posix()) is not None
-                        if is_checkpoint and self.kill_on_checkpoint:
-                            self.kill_on_checkpoint = False
-                            interrupt = self._kill_during_write(process, path, shipper)
-                            break
                         self.checkpoint_sync.upload(path)
-                        new_checkpoints += int(is_checkpoint)
-                    if interrupt:
-                        break
+                        new_checkpoints += int(CHECKPOINT_PATTERN.search(path.as_posix()) is not None)
                 if self.control.stop_requested.is_set():
                     stop = self.control.stop_reason
                 elif self.running_seconds + elapsed > self.max_runtime:
@@ -514,8 +523,22 @@ class TrainingRun:
         by_time = self.ctx.spot.after_seconds is not None and elapsed >= self.ctx.spot.after_seconds
         return by_checkpoints or by_time
 
+    def _local_checkpoints(self) -> list[Path]:
+        """This job's checkpoint files on the instance, oldest step first."""
+        if self.checkpoint_sync is None:
+            return []
+        found = []
+        for path in self.checkpoint_sync.local.rglob(
+            f"{contract.CHECKPOINT_PREFIX}*{contract.CHECKPOINT_SUFFIX}"
+        ):
+            match = CHECKPOINT_PATTERN.search(path.relative_to(self.checkpoint_sync.local).as_posix())
+            if match and match.group("job") == self.name:
+                found.append((int(match.group("step")), path))
+        return [path for _, path in sorted(found)]
+
     def _kill_during_write(self, process: subprocess.Popen[str], path: Path, shipper: LogShipper) -> str:
-        """Injected fault: the instance dies while it writes `path`; the torn file is what S3 gets."""
+        """Injected fault: the instance dies while it writes its newest checkpoint `path`; the torn file
+        (its first half) is what the checkpoint sync leaves in S3."""
         _signal_group(process, signal.SIGKILL)
         process.wait()
         size = path.stat().st_size
