@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from controller import container, datasets, ledger, names, runs
 from controller.config import Config, get_config
-from controller.errors import DatasetBusyError, InvalidRunInputError, NotEnoughDataError
+from controller.errors import ConfigurationError, DatasetBusyError, InvalidRunInputError, NotEnoughDataError
 from controller.observability import logger, tracer
 
 if TYPE_CHECKING:
@@ -226,6 +226,15 @@ def prepare(
         runs.update_run(dataset, run_id, {"status": "RUNNING"}, table_name=config.runs_table, client=dynamodb)
 
     settings = _settings(config, request.overrides)
+    vpc = {
+        "Subnets": _split(settings.get("subnets")),
+        "SecurityGroupIds": _split(settings.get("security_groups")),
+    }
+    if not vpc["Subnets"] or not vpc["SecurityGroupIds"]:
+        raise ConfigurationError(
+            "the stack has no SubnetIds or SecurityGroupIds; SageMaker jobs (and FSx) run in a VPC. "
+            "Update the stack with both parameters."
+        )
     summary = freeze_manifest(dataset, run_id, config=config, dynamodb=dynamodb, s3=s3)
     jobs = job_names(dataset, execution_arn)
     artifact = f"s3://{config.artifact_bucket}/"
@@ -322,10 +331,7 @@ def prepare(
         "has_champion": bool(champion.get("model_data")),
         "champion_model_data": str(champion.get("model_data", "")),
         "champion_model_package_arn": str(champion.get("model_package_arn", "")),
-        "vpc": {
-            "Subnets": _split(settings.get("subnets")),
-            "SecurityGroupIds": _split(settings.get("security_groups")),
-        },
+        "vpc": vpc,
     }
     runs.update_run(
         dataset,

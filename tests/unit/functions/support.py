@@ -114,6 +114,7 @@ def make_config(aws: Aws, **policy: int) -> Any:
         topic_arn=aws.topic_arn,
         sagemaker_role_arn="arn:aws:iam::123456789012:role/retrain-sagemaker",
         policy=DispatchPolicy(**policy) if policy else DispatchPolicy(),
+        settings={"subnets": "subnet-1", "security_groups": "sg-1"},
     )
 
 

@@ -90,6 +90,17 @@ def test_prepare_refuses_a_data_set_with_one_label(aws, config, events_dir):
         _prepare(aws, config, {"dataset": "flowers"})
 
 
+def test_prepare_refuses_a_stack_without_a_vpc(aws, config, events_dir):
+    import dataclasses
+
+    from controller.errors import ConfigurationError
+
+    _upload(aws, config, events_dir, "data/flowers/daisy/a.jpg", "data/flowers/tulip/b.png")
+    without_vpc = dataclasses.replace(config, settings={})
+    with pytest.raises(ConfigurationError, match="SubnetIds or SecurityGroupIds"):
+        _prepare(aws, without_vpc, {"dataset": "flowers"})
+
+
 def test_prepare_refuses_a_data_set_another_run_holds(aws, config, events_dir):
     _upload(aws, config, events_dir, "data/flowers/daisy/a.jpg", "data/flowers/tulip/b.png")
     datasets.acquire("flowers", "other", "t", table_name=aws.datasets_table, client=aws.dynamodb)
