@@ -185,3 +185,43 @@ def dispatch_all(aws, config, now):
     from controller import dispatch
 
     return dispatch.dispatch_all(now=now, config=config, dynamodb=aws.dynamodb, sfn=aws.sfn)
+
+
+def test_the_lambda_handler_reads_its_environment_and_reports_partial_failures(
+    aws, monkeypatch, events_dir, capsys
+):
+    # GIVEN the environment the template gives the ingest function
+    from controller import config as config_module
+
+    env = {
+        names.ENV_DATA_BUCKET: aws.data_bucket,
+        names.ENV_ARTIFACT_BUCKET: aws.artifact_bucket,
+        names.ENV_LEDGER_TABLE: aws.ledger_table,
+        names.ENV_RUNS_TABLE: aws.runs_table,
+        names.ENV_DATASETS_TABLE: aws.datasets_table,
+        names.ENV_STATE_MACHINE_ARN: aws.state_machine_arn,
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    config_module.get_config.cache_clear()
+
+    class Context:
+        function_name = "IngestFunction"
+        memory_limit_in_mb = 512
+        invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:IngestFunction"
+        aws_request_id = "req-1"
+
+    try:
+        # WHEN SQS delivers a good and a bad upload
+        event = sqs_event(
+            [object_created(events_dir, "data/flowers/daisy/a.jpg"), object_created(events_dir, "data/x.txt")]
+        )
+        response = ingest.handler(event, Context())
+    finally:
+        config_module.get_config.cache_clear()
+    # THEN nothing fails, both are ledgered, and the counts go out as CloudWatch metrics (EMF)
+    assert response == {"batchItemFailures": []}
+    emf = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+    [metrics] = [m for m in emf if names.METRIC_ACCEPTED in m]
+    assert (metrics[names.METRIC_ACCEPTED], metrics[names.METRIC_REJECTED]) == ([1.0], [1.0])
+    assert len(list(ledger.rows("flowers", table_name=aws.ledger_table, client=aws.dynamodb))) == 1
