@@ -2,15 +2,19 @@
 
 moto's ASL interpreter refuses ``arn:aws:states:::sagemaker:*`` (it is in its unsupported set), sends
 ``aws-sdk:fsx`` calls to a backend without data repository tasks, and invokes Lambda code only in Docker.
-``installed()`` patches two symbols of the pinned moto, in this process (so it works under ``mock_aws`` and
-in a ``ThreadedMotoServer`` thread alike):
+``installed()`` patches these symbols of the pinned moto, in this process (so it works under ``mock_aws``
+and in a ``ThreadedMotoServer`` thread alike):
 
 - ``state_task_factory.state_task_service_for``: ``sagemaker`` Task states run against a
   :class:`SageMakerService` (create, then for ``.sync`` poll describe until terminal, failing the state
   with the error names and causes Step Functions uses); ``aws-sdk:fsx:*`` and ``aws-sdk:sagemaker:*``
   reach the :class:`FsxService` / :class:`SageMakerService` when they implement the call;
 - ``LambdaFunction.invoke``: every Lambda invoke moto serves (the Invoke API, ``lambda:invoke`` and
-  function-ARN Task states, EventBridge and S3 targets) runs ``lambda_invoker(function_name, payload)``.
+  function-ARN Task states, S3 notifications) runs ``lambda_invoker(function_name, payload)``;
+- ``events.models.Rule.send_to_targets``: EventBridge rules with Lambda targets (moto raises for them)
+  invoke the function asynchronously with the event or the target's Input/InputPath/InputTransformer;
+- ``CustomErrorName`` in moto's Parallel and Map states: a branch's ``States.*`` error is re-raised as
+  such instead of crashing the execution.
 
 ``tests/unit/embedded/test_integrations.py`` asserts the patched symbols exist with the shapes relied on,
 so a moto upgrade that moves them fails loudly there.
@@ -18,6 +22,7 @@ so a moto upgrade that moves them fails loudly there.
 
 from __future__ import annotations
 
+import copy
 import datetime
 import json
 import logging
@@ -379,6 +384,52 @@ def _task_classes() -> tuple[type, type]:
     return SageMakerTask, AwsSdkTask
 
 
+def target_input(target: Mapping[str, Any], event: dict[str, Any]) -> Any:
+    """What EventBridge delivers to a target: the event, or the target's Input / InputPath / transformer."""
+    if target.get("Input"):
+        return json.loads(str(target["Input"]))
+    if target.get("InputPath"):
+        value: Any = event
+        for part in str(target["InputPath"]).lstrip("$").strip(".").split("."):
+            value = value.get(part) if part and isinstance(value, dict) else value
+        return value
+    if target.get("InputTransformer"):
+        from moto.events import utils as events_utils
+
+        parser: Any = events_utils.EventTemplateParser
+        transformer = target["InputTransformer"]
+        rendered = parser.parse(
+            input_template=transformer.get("InputTemplate"),
+            input_paths_map=transformer.get("InputPathsMap", {}),
+            event=event,
+        )
+        return json.loads(rendered) if isinstance(rendered, str) else rendered
+    return event
+
+
+def _patched_send_to_targets(original: Callable[..., None]) -> Callable[..., None]:
+    """moto's Rule.send_to_targets knows SQS, logs and buses but raises for Lambda targets (PutEvents and
+    S3 -> EventBridge both go through it). Lambda targets are invoked asynchronously, as EventBridge does."""
+
+    def send_to_targets(rule: Any, original_event: Any, transform_input: bool = True) -> None:
+        lambda_targets = [t for t in rule.targets if ":lambda:" in str(t.get("Arn", ""))]
+        if lambda_targets and _ACTIVE.lambda_invoker is not None:
+            if rule.event_pattern.matches_event(original_event):
+                for target in lambda_targets:
+                    payload = target_input(target, original_event)
+                    name = str(target["Arn"]).rsplit(":function:", 1)[-1]
+                    threading.Thread(
+                        target=_run_invoker, args=(name, payload), daemon=True, name=f"rule-{rule.name}"
+                    ).start()
+            others = copy.copy(rule)
+            others.targets = [t for t in rule.targets if t not in lambda_targets]
+            original(others, original_event, transform_input)
+            return
+        original(rule, original_event, transform_input)
+
+    return send_to_targets
+
+
 def _error_name_modules() -> list[Any]:
     """moto's Parallel and Map states re-raise a branch's error as CustomErrorName, which refuses the
     ``States.*`` names (``States.TaskFailed`` from a .sync job) and crashes the whole execution."""
@@ -425,11 +476,16 @@ def installed(
             return aws_sdk_task()
         return original_factory(service_name)
 
+    from moto.events import models as events_models
+
+    rule_class: Any = events_models.Rule
+    original_send = rule_class.send_to_targets
     error_name_modules = _error_name_modules()
     original_error_names = [module.CustomErrorName for module in error_name_modules]
     _ACTIVE.lambda_invoker, _ACTIVE.sagemaker, _ACTIVE.fsx = lambda_invoker, sagemaker, fsx
     state_task_factory.state_task_service_for = service_for
     lambda_function.invoke = _patched_lambda_invoke(original_invoke)
+    rule_class.send_to_targets = _patched_send_to_targets(original_send)
     for module in error_name_modules:
         module.CustomErrorName = _rethrown_error_name
     try:
@@ -437,6 +493,7 @@ def installed(
     finally:
         state_task_factory.state_task_service_for = original_factory
         lambda_function.invoke = original_invoke
+        rule_class.send_to_targets = original_send
         for module, original in zip(error_name_modules, original_error_names, strict=True):
             module.CustomErrorName = original
         _ACTIVE.lambda_invoker = _ACTIVE.sagemaker = _ACTIVE.fsx = None

@@ -135,6 +135,13 @@ def test_moto_still_has_the_symbols_the_patch_replaces() -> None:
 
     assert "sagemaker" in state_task_service_factory._UNSUPPORTED_SERVICE_NAMES
     assert callable(state_task_factory.state_task_service_for)
+    from moto.events.models import Rule
+
+    assert list(inspect.signature(Rule.send_to_targets).parameters) == [
+        "self",
+        "original_event",
+        "transform_input",
+    ]
     assert list(inspect.signature(LambdaFunction.invoke).parameters) == [
         "self",
         "body",
@@ -321,3 +328,25 @@ def test_lambda_invoke_api_runs_the_invoker_and_reports_function_errors(sfn: Any
     assert "FunctionError" not in ok
     assert bad["FunctionError"] == "Unhandled"
     assert json.loads(bad["Payload"].read())["errorType"] == "ValueError"
+
+
+def test_an_eventbridge_rule_with_a_lambda_target_invokes_it_with_the_event(sfn: Any, function: str) -> None:
+    events = boto3.client("events", region_name="us-east-1")
+    events.put_rule(Name="done", EventPattern=json.dumps({"source": ["aws.sagemaker"]}))
+    events.put_targets(
+        Rule="done",
+        Targets=[{"Id": "fn", "Arn": f"arn:aws:lambda:us-east-1:123456789012:function:{function}"}],
+    )
+    calls: list[tuple[str, Any]] = []
+
+    with installed(lambda_invoker=lambda name, payload: calls.append((name, payload))):
+        events.put_events(
+            Entries=[{"Source": "aws.sagemaker", "DetailType": "Done", "Detail": json.dumps({"n": 1})}]
+        )
+        deadline = time.monotonic() + 10
+        while not calls and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    assert [name for name, _ in calls] == [function]
+    assert calls[0][1]["detail"] == {"n": 1}
+    assert calls[0][1]["detail-type"] == "Done"
