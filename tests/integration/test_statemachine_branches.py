@@ -311,6 +311,13 @@ class Harness:
             time.sleep(0.1)
         raise AssertionError("the execution did not finish within 60 s")
 
+    def notifications(self) -> list[dict[str, Any]]:
+        """What the topic published (an SQS subscriber, raw SNS envelopes)."""
+        sqs = boto3.client("sqs", region_name="us-east-1")
+        url = sqs.get_queue_url(QueueName="notifications")["QueueUrl"]
+        messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+        return [json.loads(m["Body"]) for m in messages]
+
     def record(self, run_id: str = "flowers-00001") -> runs.RunRecord:
         got = runs.get_run("flowers", run_id, table_name=self.aws.runs_table, client=self.aws.dynamodb)
         assert got is not None
@@ -380,6 +387,12 @@ def harness() -> Iterator[Harness]:
         arn = aws.sfn.create_state_machine(name="retrain-training-test", definition=definition, roleArn=role)[
             "stateMachineArn"
         ]
+        sqs = boto3.client("sqs", region_name="us-east-1")
+        queue = sqs.create_queue(QueueName="notifications")["QueueUrl"]
+        queue_arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"][
+            "QueueArn"
+        ]
+        aws.sns.subscribe(TopicArn=aws.topic_arn, Protocol="sqs", Endpoint=queue_arn)
         script = Script()
         h = Harness(aws, config, ScriptedSageMaker(aws.s3, script), ScriptedFsx(aws.s3, script), script, arn)
         h.upload(
@@ -434,6 +447,10 @@ def test_success_imports_tunes_trains_checks_evaluates_registers_and_finalizes(h
     # AND the images are marked trained and the lock is released
     assert _pending(harness) == 0
     assert harness.lock() is None
+    # AND one notification says so
+    [notice] = harness.notifications()
+    assert notice["Subject"] == "retrain flowers: model registered"
+    assert record["model_package_arn"] in notice["Message"]
 
 
 def test_a_second_run_warm_starts_from_the_last_tuning_job(harness: Harness) -> None:
@@ -513,6 +530,11 @@ def test_a_failed_training_job_fails_the_run_with_its_reason(harness: Harness) -
     assert record["status"] == "FAILED"
     assert "loss became NaN" in record["failure"]["cause"]
     assert harness.lock() is None and _pending(harness) == 4
+    [notice] = harness.notifications()
+    assert (
+        notice["Subject"] == "retrain flowers: run flowers-00001 failed"
+        and "loss became NaN" in notice["Message"]
+    )
     not_before = datasets.get("flowers", table_name=harness.aws.datasets_table, client=harness.aws.dynamodb)[
         "not_before"
     ]

@@ -123,6 +123,19 @@ def test_a_re_upload_of_a_key_makes_its_row_pending_again(aws, config, events_di
     assert (row["state"], row["etag"]) == ("pending", "v2")
 
 
+def test_the_check_after_ingest_starts_a_run_once_the_oldest_upload_waited_too_long(aws, config, events_dir):
+    # GIVEN an upload from 10:00 still pending, and MaxWaitSeconds of one hour
+    _ingest(
+        aws, config, [object_created(events_dir, "data/flowers/daisy/a.jpg", time="2026-01-01T10:00:00Z")]
+    )
+    # WHEN another upload is ingested at 11:00 (uploads have not paused)
+    late = object_created(events_dir, "data/flowers/daisy/b.jpg", time="2026-01-01T11:00:00Z", sequencer="0B")
+    _ingest(aws, config, [late], sfn=aws.sfn, now=datetime(2026, 1, 1, 11, 0, 1, tzinfo=UTC))
+    # THEN the ingest function itself started the run, without waiting for the schedule
+    [execution] = aws.sfn.list_executions(stateMachineArn=aws.state_machine_arn)["executions"]
+    assert execution["name"] == "flowers-00001"
+
+
 def test_a_failed_write_fails_only_that_message(aws, config, events_dir):
     # GIVEN a batch where one notice carries a key longer than DynamoDB's 1,024-byte sort key limit
     bodies = [
