@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 CHECKPOINT_PATTERN = re.compile(contract.CHECKPOINT_REGEX)
-POLL_SECONDS = 0.2
+POLL_SECONDS = 0.1
 HYPERPARAMETER_PREFIX_RESERVED = "sagemaker_"
 
 # Records are plain JSON dicts; an updater applies changes under the emulator's lock and persists.
