@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import signal
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
@@ -209,6 +210,7 @@ class TorchLoader:
             batch_sampler=sampler,
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,
+            worker_init_fn=_ignore_sigterm,
         )
         for number, (images, labels) in enumerate(loader, start=start_batch):
             if self.delay_s:
@@ -235,6 +237,11 @@ class TorchLoader:
                 "the data or seed changed since the checkpoint; start a new training job"
             )
         self.position = (int(state["epoch"]), int(state["next_batch"]))
+
+
+def _ignore_sigterm(worker_id: int) -> None:
+    """Workers leave SIGTERM to the training process, which finishes its step and checkpoints."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 class _BatchSampler(torch.utils.data.Sampler[list[int]]):

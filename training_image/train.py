@@ -133,6 +133,50 @@ def write_model(
     (paths.model_dir / contract.CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
 
 
+def restore(
+    resumed: tuple[int, dict[str, Any]],
+    *,
+    args: argparse.Namespace,
+    labels: list[str],
+    num_train: int,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    scaler: torch.amp.GradScaler,
+    loader: loaders.Loader,
+) -> engine.Progress:
+    """Put every piece of training state back as the checkpoint recorded it; refuse a checkpoint
+    that belongs to other data or another architecture."""
+    step, state = resumed
+    if state.get("arch") != args.model or state.get("labels") != labels:
+        raise checkpoints.CheckpointError(
+            f"checkpoint {contract.checkpoint_name(step)} was written for {state.get('arch')} with labels "
+            f"{state.get('labels')}, not this job's {args.model} with {labels}; use a new training job name"
+        )
+    progress = engine.Progress(int(state["epoch"]), int(state["next_batch"]), int(state["step"]))
+    if progress.next_batch and state["order"].tolist() != data.epoch_order(
+        num_train, args.seed, progress.epoch
+    ):
+        raise checkpoints.CheckpointError(
+            f"checkpoint {contract.checkpoint_name(step)}: the epoch's sample order differs, so the data "
+            "changed since it was written; use a new training job name"
+        )
+    engine.unwrap(model).load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    scaler.load_state_dict(state["scaler"])
+    loader.load_state_dict(state["loader"])
+    checkpoints.set_rng_state(state["rng"])
+    log.info(
+        "resumed from %s at epoch %d batch %d (step %d)",
+        contract.checkpoint_name(step),
+        progress.epoch,
+        progress.next_batch,
+        progress.step,
+    )
+    return progress
+
+
 def main(
     args: argparse.Namespace, paths: contract.Paths, interruption: checkpoints.Interruption | None = None
 ) -> None:
@@ -168,6 +212,11 @@ def _train(
         val_fraction=args.val_fraction,
     )
     labels = dataset.labels
+    if not dataset.validation:
+        raise data.DataError(
+            f"no validation images (val-fraction {args.val_fraction} of {len(dataset.train)} images): "
+            "raise val-fraction, add images, or give the job a validation channel; tuning needs val-accuracy"
+        )
     log.info(
         "%d labels, %d training and %d validation images, %d skipped",
         len(labels),
@@ -213,32 +262,16 @@ def _train(
     )
     resumed = store.load_latest()
     if resumed is not None:
-        step, state = resumed
-        if state.get("arch") != args.model or state.get("labels") != labels:
-            raise checkpoints.CheckpointError(
-                f"checkpoint step {step} in {store.directory} was written for {state.get('arch')} with "
-                f"labels {state.get('labels')}, not this job's {args.model} with {labels}; "
-                "use a new training job name"
-            )
-        engine.unwrap(model).load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        scaler.load_state_dict(state["scaler"])
-        train_loader.load_state_dict(state["loader"])
-        checkpoints.set_rng_state(state["rng"])
-        progress = engine.Progress(int(state["epoch"]), int(state["next_batch"]), int(state["step"]))
-        if progress.next_batch and state["order"].tolist() != data.epoch_order(
-            len(dataset.train), args.seed, progress.epoch
-        ):
-            raise checkpoints.CheckpointError(
-                f"checkpoint step {step}: the epoch's sample order differs; the data changed"
-            )
-        log.info(
-            "resumed from %s at epoch %d batch %d (step %d)",
-            contract.checkpoint_name(step),
-            progress.epoch,
-            progress.next_batch,
-            progress.step,
+        progress = restore(
+            resumed,
+            args=args,
+            labels=labels,
+            num_train=len(dataset.train),
+            model=model,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            scaler=scaler,
+            loader=train_loader,
         )
 
     hook = debugger.attach(model, loss_fn, args, paths) if context.is_main else None

@@ -180,3 +180,12 @@ def test_evaluating_a_missing_model_fails_with_a_reason(tmp_path: Path) -> None:
     result = run("evaluate.py", tmp_path, ["--model", str(tmp_path / "absent"), "--data", str(tmp_path)])
     assert result.returncode == 1
     assert "does not exist" in (tmp_path / "output" / contract.FAILURE_FILE).read_text()
+
+
+def test_no_validation_images_fails_before_training(tmp_path: Path) -> None:
+    # GIVEN images but a val-fraction of 0 and no validation channel
+    write_images(tmp_path / "input" / "data" / "train")
+    # WHEN training runs THEN it refuses: tuning's objective metric would never be printed
+    result = run("train.py", tmp_path, ["--val-fraction", "0", "--debug-hook", "false"])
+    assert result.returncode == 1
+    assert "no validation images" in (tmp_path / "output" / contract.FAILURE_FILE).read_text()
