@@ -24,11 +24,12 @@ else:
 DEBUG_HOOK_CONFIG_FILE = "debughookconfig.json"  # written by SageMaker from DebugHookConfig
 DEFAULT_INTERVAL = int(str(next(h.default for h in contract.HYPERPARAMETERS if h.name == "debug-interval")))
 
-# Summaries instead of whole tensors keep the cost and the output small; the rules need no more:
-# a NaN or inf anywhere in a tensor shows in its max/min/mean, a vanishing gradient in its abs mean.
-REDUCTIONS = ("mean", "min", "max")
-ABS_REDUCTIONS = ("mean", "max")
-NORMS = ("l2",)
+# Summaries instead of whole tensors keep the cost and the output small, and the rules need no more:
+# a NaN or inf anywhere in a tensor makes its abs mean and L2 norm non-finite, and a vanishing
+# gradient shows in its abs mean. Each extra reduction is another tensor written per parameter.
+GRADIENT_ABS_REDUCTIONS = ("mean",)
+GRADIENT_NORMS = ("l2",)
+WEIGHT_NORMS = ("l2",)
 COLLECTION_LOSSES = "losses"
 COLLECTION_GRADIENTS = "gradients"
 COLLECTION_WEIGHTS = "weights"
@@ -54,10 +55,11 @@ def build_hook(out_dir: Path, interval: int) -> Hook:
         out_dir=str(out_dir),
         save_config=SaveConfig(save_interval=interval),
         include_collections=list(COLLECTIONS),
-        reduction_config=ReductionConfig(
-            reductions=list(REDUCTIONS), abs_reductions=list(ABS_REDUCTIONS), norms=list(NORMS)
-        ),
     )
+    hook.get_collection(COLLECTION_GRADIENTS).reduction_config = ReductionConfig(
+        abs_reductions=list(GRADIENT_ABS_REDUCTIONS), norms=list(GRADIENT_NORMS)
+    )
+    hook.get_collection(COLLECTION_WEIGHTS).reduction_config = ReductionConfig(norms=list(WEIGHT_NORMS))
     losses = hook.get_collection(COLLECTION_LOSSES)
     losses.reduction_config = ReductionConfig(save_raw_tensor=True)
     losses.save_config = {

@@ -21,8 +21,8 @@ from smdebug.rules.rule import Rule
 LOSSES = "losses"
 GRADIENTS = "gradients"
 
-# Summaries the hook saves (debugger.REDUCTIONS / NORMS); raw values are used where saved instead.
-_SUMMARIES = (("max", False), ("min", False), ("mean", False), ("l2", False))
+# Summaries the hook may have saved (debugger.py saves abs mean and L2 norm); raw values win if saved.
+_SUMMARIES = (("max", False), ("min", False), ("mean", False), ("mean", True), ("l2", False))
 
 
 class DetailedRule(Rule):
@@ -196,10 +196,14 @@ class LossNotDecreasing(DetailedRule):
 
 class Overfit(DetailedRule):
     """Fires when (mean validation loss - mean training loss) / mean training loss exceeds
-    `ratio_threshold` for more than `patience` validation passes in a row.
+    `ratio_threshold` while the validation loss is not falling, for more than `patience`
+    validation passes in a row.
 
     Managed defaults: start_step 0, patience 1, ratio_threshold 0.1. A validation pass is a run of
     consecutive EVAL steps; it is compared with the training losses saved since the previous pass.
+    Unlike the managed rule, a gap counts only while validation loss is not falling: early in
+    training a model's validation loss sits well above its training loss (BatchNorm's running
+    statistics lag the batch statistics) while both improve, and that is not overfitting.
     """
 
     def __init__(
@@ -219,6 +223,7 @@ class Overfit(DetailedRule):
         self._train: list[float] = []
         self._validation: list[float] = []
         self._violations = 0
+        self._previous_validation: float | None = None
         self._steps: list[int] = sorted(base_trial.steps())
 
     def _loss(self, step: int) -> float | None:
@@ -246,12 +251,14 @@ class Overfit(DetailedRule):
         self._train, self._validation = [], []
         self.checked += 1
         ratio = (validation - train) / train if train else 0.0
-        self._violations = self._violations + 1 if ratio > self.ratio_threshold else 0
+        previous, self._previous_validation = self._previous_validation, validation
+        not_falling = previous is not None and validation >= previous
+        self._violations = self._violations + 1 if ratio > self.ratio_threshold and not_falling else 0
         if self._violations > self.patience:
             self.detail = (
-                f"validation loss {validation:.4g} vs training loss {train:.4g}: ratio {ratio:.2f} > "
-                f"{self.ratio_threshold:g} for {self._violations} validation passes in a row "
-                f"(patience {self.patience})"
+                f"validation loss {validation:.4g} (up from {previous:.4g}) vs training loss {train:.4g}: "
+                f"ratio {ratio:.2f} > {self.ratio_threshold:g} for {self._violations} validation passes "
+                f"in a row (patience {self.patience})"
             )
             return True
         return False
