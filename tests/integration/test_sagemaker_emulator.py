@@ -6,6 +6,7 @@ trials 2 at a time and warm-starts a child, and a failing job reports its Failur
 from __future__ import annotations
 
 import io
+import json
 import re
 import socket
 import tarfile
@@ -141,6 +142,81 @@ def test_real_training_job_produces_model_and_metrics(stack: dict[str, Any]) -> 
         assert contract.MODEL_FILE in tar.getnames()
     metrics = {m["MetricName"] for m in job["FinalMetricDataList"]}
     assert {contract.METRIC_TRAIN_LOSS, contract.METRIC_VAL_ACCURACY, contract.METRIC_VAL_LOSS} <= metrics
+
+
+def test_real_evaluation_processing_job_scores_the_trained_model(stack: dict[str, Any]) -> None:
+    # GIVEN the model the training job above wrote, and the images
+    sagemaker = stack["sagemaker"]
+    wait_training(sagemaker, "real-train")
+
+    # WHEN the real evaluate.py runs as a processing job over them, as the state machine calls it
+    sagemaker.create_processing_job(
+        ProcessingJobName="real-eval",
+        RoleArn=ROLE,
+        AppSpecification={
+            "ImageUri": "123456789012.dkr.ecr.us-east-1.amazonaws.com/retrain-training:latest",
+            "ContainerEntrypoint": ["python3", "/opt/ml/code/evaluate.py"],
+            "ContainerArguments": [
+                "--model",
+                "/opt/ml/processing/input/model",
+                "--data",
+                "/opt/ml/processing/input/data/train",
+                "--split",
+                "all",
+                "--output",
+                "/opt/ml/processing/evaluation",
+            ],
+        },
+        ProcessingInputs=[
+            {
+                "InputName": "model",
+                "S3Input": {
+                    "S3Uri": f"s3://{BUCKET}/output/real-train/output/model.tar.gz",
+                    "LocalPath": "/opt/ml/processing/input/model",
+                    "S3DataType": "S3Prefix",
+                    "S3InputMode": "File",
+                },
+            },
+            {
+                "InputName": "data",
+                "S3Input": {
+                    "S3Uri": f"s3://{BUCKET}/data/train",
+                    "LocalPath": "/opt/ml/processing/input/data/train",
+                    "S3DataType": "S3Prefix",
+                    "S3InputMode": "File",
+                },
+            },
+        ],
+        ProcessingOutputConfig={
+            "Outputs": [
+                {
+                    "OutputName": "evaluation",
+                    "S3Output": {
+                        "S3Uri": f"s3://{BUCKET}/evaluations/real-eval",
+                        "LocalPath": "/opt/ml/processing/evaluation",
+                        "S3UploadMode": "EndOfJob",
+                    },
+                }
+            ]
+        },
+        ProcessingResources={
+            "ClusterConfig": {"InstanceCount": 1, "InstanceType": "ml.m5.large", "VolumeSizeInGB": 5}
+        },
+        StoppingCondition={"MaxRuntimeInSeconds": 600},
+        Environment={"OMP_NUM_THREADS": "1"},
+    )
+    deadline = time.time() + 240
+    while (job := sagemaker.describe_processing_job(ProcessingJobName="real-eval"))[
+        "ProcessingJobStatus"
+    ] not in ("Completed", "Failed", "Stopped") and time.time() < deadline:
+        time.sleep(0.5)
+
+    # THEN it completed and its evaluation.json reached S3 with the contract's keys
+    assert job["ProcessingJobStatus"] == "Completed", job.get("FailureReason")
+    key = f"evaluations/real-eval/{contract.EVALUATION_FILE}"
+    evaluation = json.loads(stack["s3"].get_object(Bucket=BUCKET, Key=key)["Body"].read())
+    assert {"top1", "top3", "per_class", "confusion_matrix", "labels"} <= evaluation.keys()
+    assert evaluation["labels"] == ["cat", "dog"]
 
 
 def test_real_spot_job_resumes_at_the_exact_checkpoint_step(stack: dict[str, Any]) -> None:
