@@ -6,10 +6,12 @@ random choice (the random resized crop box, each repetition's flip and rotation 
 Python from `data.sample_seed(seed, epoch, position)` with the same generator calls in the same order
 as `loaders.train_transform`, then handed to DALI as per-sample operator arguments. Nothing depends on
 DALI's RNG or its readers' shuffling, so resuming at batch k just feeds batches k.. and yields the same
-samples with the same augmentations as an uninterrupted epoch. DALI's own reader checkpointing
-(`enable_checkpointing`) was the alternative; it ties resume to DALI's reader shuffling, which cannot
-follow our (seed, epoch) order or DDP sharding, and its snapshot depends on prefetch depth.
-`state_dict()` therefore holds only the position and the files found undecodable.
+samples with the same augmentations as an uninterrupted epoch. No DALI operator here draws random
+numbers or carries state across iterations, so DALI has nothing of its own to checkpoint and
+`state_dict()` holds the position and the files found undecodable. The alternative, DALI's readers
+with `enable_checkpointing=True`, shuffles and shards by DALI's own scheme: its batches could not
+follow `data.epoch_order`/`rank_batches`, which the torch loader, the checkpoint's stored epoch order
+and DDP all use, and its random operators would not match the torch loader's per-sample draws.
 
 Bad files: `data.load_dataset` already fully decodes every image with PIL and drops (and logs) what
 fails. Here each file's bytes are read and their header parsed before feeding (a file unreadable or
@@ -26,6 +28,7 @@ import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, cast
 
 import data
@@ -94,11 +97,11 @@ class _Item:
     angles: np.ndarray
 
 
-def read_encoded(path: Any) -> tuple[np.ndarray, tuple[int, int]]:
+def read_encoded(path: Path) -> tuple[np.ndarray, tuple[int, int]]:
     """The file's bytes and (width, height) from its header; raises OSError or ValueError when bad."""
-    encoded = np.fromfile(path, dtype=np.uint8)
-    with Image.open(io.BytesIO(encoded.tobytes())) as image:
-        return encoded, image.size
+    encoded = path.read_bytes()
+    with Image.open(io.BytesIO(encoded)) as image:
+        return np.frombuffer(encoded, dtype=np.uint8), image.size
 
 
 class DaliLoader:
@@ -284,16 +287,17 @@ class DaliLoader:
     def _recover(self, error: RuntimeError) -> None:
         """A batch failed inside DALI: find the undecodable samples in flight and feed again without them."""
         suspects = [item for _, _, items in self._in_flight for item in items]
-        culprits = [item for item in suspects if not self._decodes(item.encoded)]
+        culprits = [(item, why) for item in suspects if (why := self._decode_error(item.encoded))]
         if not culprits:
             raise error
-        for item in culprits:
-            self._skip(str(item.sample.path), f"DALI cannot decode it: {str(error).splitlines()[-1]}")
+        for item, why in culprits:
+            self._skip(str(item.sample.path), f"DALI cannot decode it: {why}")
         self._plan.extendleft((number, members) for number, members, _ in reversed(self._in_flight))
         self._in_flight.clear()
         self._pipe = None
 
-    def _decodes(self, encoded: np.ndarray) -> bool:
+    def _decode_error(self, encoded: np.ndarray) -> str | None:
+        """None when DALI decodes the image alone, else the decoder's reason."""
         probe = Pipeline(batch_size=1, num_threads=1, device_id=self._device_id(), prefetch_queue_depth=1)
         with probe:
             image = fn.decoders.image(
@@ -305,9 +309,11 @@ class DaliLoader:
         try:
             probe.build()
             probe.run()
-        except RuntimeError:
-            return False
-        return True
+        except RuntimeError as error:
+            lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+            after = lines.index("encountered:") + 1 if "encountered:" in lines else len(lines) - 1
+            return lines[min(after, len(lines) - 1)].rstrip(" :") if lines else type(error).__name__
+        return None
 
     # Pipeline ----------------------------------------------------------------------------------
 
