@@ -34,6 +34,7 @@ from retrain.report.facts import (
 LEDGER_STATE = "state"
 LEDGER_REASON = "reason"
 EXECUTION_FAILED = ("FAILED", "TIMED_OUT", "ABORTED")
+CHALLENGER = "challenger"  # the run's evaluation of its new model (controller.prepare's output name)
 INTERRUPTED_STATUS = "Interrupted"  # SageMaker's secondary status when spot capacity is reclaimed
 # A resumed job names the step it continued from (the container's log line or a status message).
 _RESUMED = re.compile(r"\bresum\w*\b[^\n]*?\bstep[=: ]+(\d+)", re.IGNORECASE)
@@ -151,12 +152,14 @@ def read_json_object(s3: Any, uri: str, filename: str) -> Any | None:
     return None
 
 
-def evaluation_from(record: runs.RunRecord, s3: Any) -> Evaluation:
+def evaluation_from(record: runs.RunRecord, s3: Any, artifact_bucket: str) -> Evaluation:
+    """The challenger's evaluation.json (where the record points, else where the run writes it)."""
     challenger = record.get("challenger", {})
     champion = record.get("champion", {})
     evaluation = Evaluation(top1=challenger.get("top1"), top3=challenger.get("top3"))
     evaluation.baseline_top1 = champion.get("top1")
-    uri = challenger.get("report_uri")
+    default = names.evaluation_prefix(record["dataset"], record["run_id"], CHALLENGER)
+    uri = challenger.get("report_uri") or f"s3://{artifact_bucket}/{default}"
     document = read_json_object(s3, uri, contract.EVALUATION_FILE) if uri else None
     if isinstance(document, dict):
         evaluation.top1 = document.get("top1", evaluation.top1)
@@ -170,6 +173,23 @@ def evaluation_from(record: runs.RunRecord, s3: Any) -> Evaluation:
         if isinstance(baseline, dict) and baseline.get("top1") is not None:
             evaluation.baseline_top1 = float(baseline["top1"])
     return evaluation
+
+
+def rule_results_from(record: runs.RunRecord, s3: Any, artifact_bucket: str) -> list[RuleResult]:
+    """The record's rule results, else the rule check's rule_results.json under the run's prefix."""
+    found: Any = record.get("rule_results")
+    if not found:
+        prefix = names.rules_prefix(record["dataset"], record["run_id"])
+        found = read_json_object(s3, f"s3://{artifact_bucket}/{prefix}", contract.RULE_RESULTS_FILE)
+    if not isinstance(found, list):
+        return []
+    return [
+        RuleResult(
+            rule=str(r["rule"]), status=str(r["status"]), step=r.get("step"), detail=str(r.get("detail", ""))
+        )
+        for r in found
+        if isinstance(r, dict) and "rule" in r and "status" in r
+    ]
 
 
 def extract_profile(sagemaker: Any, s3: Any, job_name: str, out_dir: Path) -> Path | None:
@@ -230,10 +250,6 @@ def collect(
         best_hyperparameters=dict(record.get("best_hyperparameters", {})),
         objective=record.get("best_objective"),
         objective_metric=contract.OBJECTIVE_METRIC,
-        rules=[
-            RuleResult(rule=r["rule"], status=r["status"], step=r.get("step"), detail=r.get("detail", ""))
-            for r in record.get("rule_results", [])
-        ],
         checkpoint_evaluations=[
             CheckpointEvaluation(step=int(p["step"]), top1=float(p["top1"]), top3=p.get("top3"))
             for p in record.get("checkpoint_evaluations", [])
@@ -266,7 +282,9 @@ def collect(
         lines = list(job_logs.log_lines(logs, job_logs.TRAINING_LOG_GROUP, job.job_name))
         facts.curves[job.job_name] = job_logs.parse_metric_lines(lines)
         facts.resumed_at_steps += resumed_steps(lines)
-    facts.evaluation = evaluation_from(record, s3)
+    artifact_bucket = deployment.output(names.STACK_OUTPUTS["artifact_bucket"])
+    facts.rules = rule_results_from(record, s3, artifact_bucket)
+    facts.evaluation = evaluation_from(record, s3, artifact_bucket)
     profiled = final or facts.best_job
     if out_dir is not None and profiled:
         facts.profile_dir = extract_profile(sagemaker, s3, profiled, out_dir)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import boto3
 from retrain.deployment import Deployment, connect
 from retrain.errors import EmbeddedRuntimeError
 
+log = logging.getLogger(__name__)
 DEFAULT_STATE_DIR = Path(".retrain")
 LOCAL_REGION = "us-east-1"
 # The emulation accepts any credentials; these keep boto3 from looking for (or using) real ones.
@@ -71,8 +73,26 @@ def foreground(
         endpoint = stack.start()
     try:
         yield connect_local(str(endpoint), str(stack.stack_name))
-    finally:
+    except BaseException:
+        _stop_quietly(stack, state_dir)
+        raise
+    if not _stop_quietly(stack, state_dir):
+        raise EmbeddedRuntimeError(
+            f"the embedded stack did not stop cleanly; its state saved in {state_dir} may miss the last "
+            "changes (details above)"
+        )
+
+
+def _stop_quietly(stack: Any, state_dir: Path) -> bool:
+    """Stop the stack; a failure to stop must not hide what the command itself did or raised."""
+    try:
         stack.stop()
+    except Exception as error:
+        log.error(
+            "the embedded stack in %s did not stop cleanly: %s", state_dir, " ".join(str(error).split())[:300]
+        )
+        return False
+    return True
 
 
 def background(state_dir: Path = DEFAULT_STATE_DIR) -> Deployment | None:

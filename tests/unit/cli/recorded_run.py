@@ -19,7 +19,7 @@ TUNING_JOB = "digits-r1-tune"
 TRIALS = ("digits-r1-tune-001-1a2b3c4d", "digits-r1-tune-002-5e6f7a8b", "digits-r1-tune-003-9c0d1e2f")
 BEST = TRIALS[1]
 LABELS = ["one", "two", "zero"]
-EVALUATION_KEY = f"runs/{DATASET}/{RUN_ID}/evaluation/challenger/{contract.EVALUATION_FILE}"
+EVALUATION_KEY = names.evaluation_prefix(DATASET, RUN_ID, "challenger") + contract.EVALUATION_FILE
 ACCEPTED_KEYS = [f"data/{DATASET}/{label}/img-{i}.jpg" for label in LABELS for i in range(3)]
 REJECTED = {
     f"data/{DATASET}/notes.txt": "not under data/<dataset>/<label>/",

@@ -2,9 +2,12 @@ from __future__ import annotations
 
 import json
 
+import boto3
 import pytest
 from moto import mock_aws
 
+import contract
+from controller import names
 from retrain.collect import collect
 from retrain.deployment import connect
 from retrain.report.build import write_report
@@ -132,3 +135,27 @@ def test_report_includes_the_utilisation_heatmap_of_the_profiled_job(report):
     for png in pngs:
         assert png.read_bytes()[:8] == PNG_MAGIC
         assert f"(utilisation/{png.name})" in text
+
+
+def test_rule_results_and_evaluation_are_read_from_the_runs_prefix_when_the_record_lacks_them(tmp_path):
+    with mock_aws():
+        stack = make_stack()
+        # GIVEN a run whose record has no rule results nor evaluation pointer yet (it failed right after)
+        run = recorded_run.write(stack)
+        for field in ("rule_results", "challenger"):
+            run.pop(field)  # type: ignore[misc]
+        s3 = boto3.client("s3")
+        rules = [{"rule": "Overfit", "status": "IssuesFound", "step": 30, "detail": "val loss rose 3 times"}]
+        bucket = stack.output("artifact_bucket")
+        s3.put_object(
+            Bucket=bucket,
+            Key=names.rules_prefix("digits", "r1") + contract.RULE_RESULTS_FILE,
+            Body=json.dumps(rules),
+        )
+        deployment = connect(stack.name)
+        deployment.clients["sagemaker"] = RecordedSageMaker()
+        # WHEN its facts are collected
+        facts = collect(deployment, run)
+    # THEN the rule check's and the evaluation's own files under the run's prefix are used
+    assert [(r.rule, r.status, r.step) for r in facts.rules] == [("Overfit", "IssuesFound", 30)]
+    assert facts.evaluation.top1 == 0.95 and facts.evaluation.labels == recorded_run.LABELS
