@@ -112,7 +112,11 @@ class JobEvents:
             status = description.get(status_key)
             if status == last:
                 continue
-            self._events.put_events(Entries=[state_change_event(kind, description, tags)])
+            try:
+                self._events.put_events(Entries=[state_change_event(kind, description, tags)])
+            except Exception:
+                LOG.exception("putting the state-change event of %s %s", kind, job)
+                continue
             sent += 1
             with self._lock:
                 if status in TERMINAL:

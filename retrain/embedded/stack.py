@@ -25,6 +25,7 @@ from types import TracebackType
 from typing import Any, Final
 
 import boto3
+from botocore.config import Config
 
 from retrain.embedded import integrations, provision, snapshot
 from retrain.embedded.event_sources import Scheduler, SqsPoller
@@ -93,7 +94,9 @@ class EmbeddedStack:
         )
 
     def client(self, service: str) -> Any:
-        return self._session.client(service, endpoint_url=self.endpoint_url)  # type: ignore[call-overload]
+        return self._session.client(  # type: ignore[call-overload]
+            service, endpoint_url=self.endpoint_url, config=Config(max_pool_connections=32)
+        )
 
     # -- lifetime
     def start(self) -> str:
