@@ -299,17 +299,19 @@ class Harness:
 
         ingest.ingest(sqs_event(bodies), config=self.config, dynamodb=self.aws.dynamodb)
 
-    def run(self, run_input: dict[str, Any], name: str = "flowers-00001") -> dict[str, Any]:
+    def run(
+        self, run_input: dict[str, Any], name: str = "flowers-00001", timeout: float = 60
+    ) -> dict[str, Any]:
         execution = self.aws.sfn.start_execution(
             stateMachineArn=self.state_machine_arn, name=name, input=json.dumps(run_input)
         )["executionArn"]
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             described: dict[str, Any] = self.aws.sfn.describe_execution(executionArn=execution)
             if described["status"] != "RUNNING":
                 return described
             time.sleep(0.1)
-        raise AssertionError("the execution did not finish within 60 s")
+        raise AssertionError(f"the execution did not finish within {timeout} s")
 
     def notifications(self) -> list[dict[str, Any]]:
         """What the topic published (an SQS subscriber, raw SNS envelopes)."""
