@@ -11,6 +11,7 @@ import json
 import re
 import tarfile
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -222,7 +223,9 @@ def ended_without_record(deployment: Deployment, facts: RunFacts) -> None:
         facts.status = "FAILED"
         cause = f"{execution.get('error', '')}: {execution.get('cause', '')}".strip(": ")
         facts.failure = facts.failure or f"execution {status}: {cause or 'no cause given'}"
-        facts.stopped = facts.stopped or str(execution.get("stopDate", ""))
+        stopped = execution.get("stopDate")
+        if isinstance(stopped, datetime):
+            facts.stopped = facts.stopped or stopped.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def collect(

@@ -27,6 +27,15 @@ def _fmt(value: float | None, digits: int = 4) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
 
+def _value(text: str) -> str:
+    """A hyperparameter as people read it: 0.0009759079315110718 -> 0.000976."""
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return text if number.is_integer() and "e" not in text.lower() else f"{number:.3g}"
+
+
 def _usd(value: float | None) -> str:
     return "price unknown" if value is None else f"${value:.4f}"
 
@@ -112,7 +121,7 @@ def write_report(facts: RunFacts, out_dir: Path) -> Path:
                     t.job_name,
                     t.status,
                     _fmt(t.objective),
-                    *(t.hyperparameters.get(n, "") for n in tuned),
+                    *(_value(t.hyperparameters.get(n, "")) for n in tuned),
                     t.interruptions,
                 ]
                 for t in facts.trials
@@ -126,7 +135,8 @@ def write_report(facts: RunFacts, out_dir: Path) -> Path:
     )
     if facts.best_hyperparameters:
         lines += _table(
-            ["best hyperparameter", "value"], [[k, v] for k, v in sorted(facts.best_hyperparameters.items())]
+            ["best hyperparameter", "value"],
+            [[k, _value(v)] for k, v in sorted(facts.best_hyperparameters.items())],
         )
 
     lines += ["## Training and validation loss", ""]
