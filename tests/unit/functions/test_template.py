@@ -157,3 +157,45 @@ def test_alarms_watch_the_dead_letter_queue_failed_runs_and_stuck_runs(template)
     alarms = _resources(template, "AWS::CloudWatch::Alarm")
     metrics = {a["Properties"]["MetricName"] for a in alarms.values()}
     assert {"ApproximateNumberOfMessagesVisible", "ExecutionsFailed", names.METRIC_STUCK_RUNS} <= metrics
+
+
+def _filled(pattern: dict[str, Any], bucket: str) -> str:
+    return re.sub(r'\{"Ref": "[A-Za-z]+Bucket"\}', json.dumps(bucket), json.dumps(pattern))
+
+
+def _event(detail_type: str, source: str, detail: dict[str, Any]) -> str:
+    return json.dumps(
+        {
+            "id": "1",
+            "account": "123456789012",
+            "region": "us-east-1",
+            "time": "2026-01-01T00:00:00Z",
+            "resources": [],
+            "detail-type": detail_type,
+            "source": source,
+            "detail": detail,
+        }
+    )
+
+
+def test_the_checkpoint_rules_match_checkpoints_and_tagged_evaluation_jobs_only(template):
+    from moto.events.models import EventPattern  # the matcher the emulated EventBridge applies
+
+    rules = template["Resources"]["CheckpointEvaluationFunction"]["Properties"]["Events"]
+    checkpoints = _filled(rules["Checkpoints"]["Properties"]["Pattern"], "artifacts")
+    done = _filled(rules["EvaluationsDone"]["Properties"]["Pattern"], "artifacts")
+
+    def matches(pattern: str, event: str) -> bool:
+        return bool(EventPattern.load(pattern).matches_event(json.loads(event)))
+
+    key = names.checkpoint_prefix("flowers", "flowers-00001") + "job/algo-1/ckpt-000000050.pt"
+    created = {"bucket": {"name": "artifacts"}, "object": {"key": key}}
+    elsewhere = {"bucket": {"name": "artifacts"}, "object": {"key": "runs/flowers/x/manifest/manifest.jsonl"}}
+    tagged = {"ProcessingJobStatus": "Completed", "Tags": {names.TAG_CHECKPOINT_STEP: "50"}}
+    untagged = {"ProcessingJobStatus": "Completed", "Tags": {}}
+    running = {"ProcessingJobStatus": "InProgress", "Tags": {names.TAG_CHECKPOINT_STEP: "50"}}
+    assert matches(checkpoints, _event("Object Created", "aws.s3", created))
+    assert not matches(checkpoints, _event("Object Created", "aws.s3", elsewhere))
+    assert matches(done, _event("SageMaker Processing Job State Change", "aws.sagemaker", tagged))
+    assert not matches(done, _event("SageMaker Processing Job State Change", "aws.sagemaker", untagged))
+    assert not matches(done, _event("SageMaker Processing Job State Change", "aws.sagemaker", running))
