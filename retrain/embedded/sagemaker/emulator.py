@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from retrain.container_contract import TRAINING_IMAGE_DIR
+from retrain.embedded.sagemaker import debugger
 from retrain.embedded.sagemaker.errors import (
     RESOURCE_LIMIT_EXCEEDED,
     RESOURCE_NOT_FOUND,
@@ -155,8 +156,12 @@ class SageMakerEmulator:
 
     # -- bookkeeping -----------------------------------------------------------------------------
 
+    @property
+    def _arn_prefix(self) -> str:
+        return f"arn:aws:sagemaker:{self.region}:{self.account_id}"
+
     def _arn(self, kind: str, name: str) -> str:
-        return f"arn:aws:sagemaker:{self.region}:{self.account_id}:{kind}/{name.lower()}"
+        return f"{self._arn_prefix}:{kind}/{name.lower()}"
 
     def _fail_orphans(self) -> None:
         """Jobs a previous runtime left running cannot be resumed; they end Failed, as on lost hardware."""
@@ -302,6 +307,8 @@ class SageMakerEmulator:
             }
             if tuning_arn is not None:
                 record["TuningJobArn"] = tuning_arn
+            rule_statuses = debugger.initial_statuses(request, self._arn_prefix, name)
+            record.update(rule_statuses)
             self._training[name] = record
             self.store.save("training", record, name)
             self._controls[("training", name)] = control
@@ -312,6 +319,7 @@ class SageMakerEmulator:
             control=control,
             update=self._updater("training", name),
             transition=self._transitioner(name),
+            rule_statuses=rule_statuses,
         )
         self._start_thread(run.run, f"training-{name}")
         return arn
@@ -360,6 +368,8 @@ class SageMakerEmulator:
             "FinalMetricDataList",
             "TrainingTimeInSeconds",
             "BillableTimeInSeconds",
+            "DebugRuleEvaluationStatuses",
+            "ProfilerRuleEvaluationStatuses",
         ):
             if key in record:
                 response[key] = record[key]
@@ -371,6 +381,7 @@ class SageMakerEmulator:
             "TensorBoardOutputConfig",
             "ExperimentConfig",
             "ProfilerConfig",
+            "ProfilerRuleConfigurations",
             "Environment",
             "RetryStrategy",
         ):

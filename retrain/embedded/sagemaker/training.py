@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from retrain.container_contract import contract
+from retrain.embedded.sagemaker import debugger
 from retrain.embedded.sagemaker.logs import (
     TRAINING_LOG_GROUP,
     LogsClient,
@@ -207,6 +208,7 @@ class TrainingRun:
         control: JobControl,
         update: Updater,
         transition: Transition,
+        rule_statuses: dict[str, list[dict[str, Any]]] | None = None,
     ) -> None:
         self.request = request
         self.name: str = request["TrainingJobName"]
@@ -230,6 +232,7 @@ class TrainingRun:
         self.kill_on_checkpoint = self.ctx.faults.kill_during_checkpoint_write(self.name)
         self.running_seconds = 0.0
         self.waiting_seconds = 0.0
+        self.rule_statuses = rule_statuses or {}
         self.retries_left = int((request.get("RetryStrategy") or {}).get("MaximumRetryAttempts", 0))
         self.started = 0.0
         self.interruptions: list[dict[str, Any]] = []
@@ -281,6 +284,21 @@ class TrainingRun:
             if status != "Failed":
                 status, secondary = "Failed", "Failed"
                 reason = f"InternalServerError: uploading the job's artifacts failed: {exc}"
+        if self.rule_statuses:
+            if status == "Completed":
+                changes.update(
+                    debugger.evaluate_rules(
+                        self.request,
+                        self.rule_statuses,
+                        code_dir=self.ctx.code_dir,
+                        base=self.tree["base"],
+                        job_dir=self.job_dir,
+                        logs=self.ctx.logs,
+                        job_name=self.name,
+                    )
+                )
+            else:
+                changes.update(debugger.stop_statuses(self.rule_statuses, f"the training job ended {status}"))
         training_seconds = max(1, math.ceil(end - self.started))
         if self.spot:
             on_instance = max(0.0, end - self.started - self.waiting_seconds)
@@ -320,6 +338,7 @@ class TrainingRun:
         (config / "inputdataconfig.json").write_text(json.dumps(channels, default=str), encoding="utf-8")
         resource = {"current_host": contract.DEFAULT_HOST, "hosts": [contract.DEFAULT_HOST]}
         (config / "resourceconfig.json").write_text(json.dumps(resource), encoding="utf-8")
+        debugger.write_hook_config(self.request, self.tree["base"])
         checkpoint = self.request.get("CheckpointConfig")
         if checkpoint:
             local = rewrite_local_path(checkpoint.get("LocalPath", "/opt/ml/checkpoints"), self.tree["base"])
@@ -620,6 +639,9 @@ class TrainingRun:
             changes["ModelArtifacts"] = {"S3ModelArtifacts": str(target)}
         archive = tar_directory(self.tree["output_data"], staging / "output.tar.gz")
         upload_file(self.ctx.s3, archive, output.join("output.tar.gz"))
+        debugger.upload_outputs(
+            self.request, self.ctx.s3, self.tree["base"], self.tree["output_data"], self.name
+        )
         return changes
 
 

@@ -130,6 +130,9 @@ def check_training_definition(request: Mapping[str, Any], operation: str) -> Non
         if fsx is not None:
             for field in ("FileSystemId", "FileSystemType", "DirectoryPath", "FileSystemAccessMode"):
                 require(fsx, field, operation)
+    hook = request.get("DebugHookConfig")
+    if hook and not str(hook.get("LocalPath", "/opt/ml/output/tensors")).startswith("/opt/ml/"):
+        raise validation("DebugHookConfig.LocalPath must be under /opt/ml in the embedded runtime", operation)
     checkpoint = request.get("CheckpointConfig")
     if checkpoint is not None and not str(checkpoint.get("S3Uri", "")).startswith("s3://"):
         raise validation("CheckpointConfig.S3Uri must be an S3 URI (s3://bucket/prefix)", operation)

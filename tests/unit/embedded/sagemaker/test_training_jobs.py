@@ -282,3 +282,80 @@ def test_sagemaker_program_environment_picks_the_entry_script_and_null_members_a
     # THEN entry.py ran and the null member is absent from the description
     assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason")
     assert "VpcConfig" not in job
+
+
+def managed_debugger_request(name: str) -> dict[str, Any]:
+    return training_request(
+        name,
+        DebugHookConfig={
+            "LocalPath": "/opt/ml/output/tensors",
+            "S3OutputPath": f"s3://{BUCKET}/debug",
+            "HookParameters": {"save_interval": "2"},
+        },
+        DebugRuleConfigurations=[
+            {
+                "RuleConfigurationName": "LossNotDecreasing",
+                "RuleEvaluatorImage": "img",
+                "RuleParameters": {"rule_to_invoke": "LossNotDecreasing"},
+            },
+            {
+                "RuleConfigurationName": "Gradients",
+                "RuleEvaluatorImage": "img",
+                "RuleParameters": {"rule_to_invoke": "VanishingGradient"},
+            },
+        ],
+        ProfilerRuleConfigurations=[
+            {
+                "RuleConfigurationName": "CPUBottleneck",
+                "RuleEvaluatorImage": "img",
+                "RuleParameters": {"rule_to_invoke": "CPUBottleneck"},
+            },
+        ],
+    )
+
+
+def test_managed_debugger_writes_the_hook_config_runs_the_rules_and_uploads_tensors(
+    aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator]
+) -> None:
+    # GIVEN a job with DebugHookConfig and Debugger/profiler rules
+    put_images(aws["s3"], "data/train")
+    emulator = make_emulator()
+
+    # WHEN it runs
+    emulator.create_training_job(**managed_debugger_request("managed-dbg"))
+    first = emulator.describe_training_job(TrainingJobName="managed-dbg")
+    job = wait_training(emulator, "managed-dbg")
+
+    # THEN rules were InProgress, then report the image's rule check per configuration, and the
+    # hook's tensors reached <S3OutputPath>/<job>/debug-output
+    assert [s["RuleEvaluationStatus"] for s in first["DebugRuleEvaluationStatuses"]] == ["InProgress"] * 2
+    assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason")
+    debug = {s["RuleConfigurationName"]: s for s in job["DebugRuleEvaluationStatuses"]}
+    assert debug["LossNotDecreasing"]["RuleEvaluationStatus"] == "IssuesFound"
+    assert debug["LossNotDecreasing"]["StatusDetails"] == "checked 1 files at step 4"
+    assert debug["Gradients"]["RuleEvaluationStatus"] == "NoIssuesFound"
+    assert [s["RuleEvaluationStatus"] for s in job["ProfilerRuleEvaluationStatuses"]] == ["NoIssuesFound"]
+    assert all(
+        re.fullmatch(
+            r"arn:aws:sagemaker:us-east-1:123456789012:processing-job/managed-dbg-.+-[0-9a-f]{8}", arn
+        )
+        for arn in (s["RuleEvaluationJobArn"] for s in job["DebugRuleEvaluationStatuses"])
+    )
+    key = "debug/managed-dbg/debug-output/events/000000000000.tfevents"
+    assert aws["s3"].get_object(Bucket=BUCKET, Key=key)["Body"].read() == b"tensors"
+
+
+def test_rules_of_a_failed_job_are_stopped(
+    aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator]
+) -> None:
+    # GIVEN a managed-Debugger job whose container fails
+    put_images(aws["s3"], "data/train")
+    emulator = make_emulator()
+    request = managed_debugger_request("managed-fails")
+    request["HyperParameters"] = {"fail": "boom"}
+
+    # WHEN it ends THEN its rules are Stopped, not left InProgress
+    emulator.create_training_job(**request)
+    job = wait_training(emulator, "managed-fails")
+    assert job["TrainingJobStatus"] == "Failed"
+    assert {s["RuleEvaluationStatus"] for s in job["DebugRuleEvaluationStatuses"]} == {"Stopped"}
