@@ -307,6 +307,59 @@ def test_real_tuning_runs_three_trials_two_at_a_time_and_a_child_warm_starts(sta
     assert "OverallBestTrainingJob" in child
 
 
+def test_real_managed_debugger_job_reports_its_rule_statuses(stack: dict[str, Any]) -> None:
+    # GIVEN a job configured as the state machine's managed-Debugger branch configures it
+    sagemaker = stack["sagemaker"]
+    request = definition(**{"debug-hook": "true"})
+    rule = {
+        "RuleEvaluatorImage": "503895931360.dkr.ecr.us-east-1.amazonaws.com/sagemaker-debugger-rules:latest"
+    }
+    request.update(
+        DebugHookConfig={
+            "LocalPath": "/opt/ml/output/tensors",
+            "S3OutputPath": f"s3://{BUCKET}/debug",
+            "HookParameters": {"save_interval": "1"},
+            "CollectionConfigurations": [
+                {"CollectionName": name, "CollectionParameters": {"save_interval": "1"}}
+                for name in ("losses", "gradients", "weights")
+            ],
+        },
+        DebugRuleConfigurations=[
+            {
+                **rule,
+                "RuleConfigurationName": "LossNotDecreasing",
+                "RuleParameters": {"rule_to_invoke": "LossNotDecreasing"},
+            },
+            {
+                **rule,
+                "RuleConfigurationName": "VanishingGradient",
+                "RuleParameters": {"rule_to_invoke": "VanishingGradient"},
+            },
+        ],
+        ProfilerConfig={"S3OutputPath": f"s3://{BUCKET}/debug", "ProfilingIntervalInMilliseconds": 500},
+        ProfilerRuleConfigurations=[
+            {
+                **rule,
+                "RuleConfigurationName": "CPUBottleneck",
+                "RuleParameters": {"rule_to_invoke": "CPUBottleneck"},
+            },
+        ],
+    )
+
+    # WHEN it runs with the real train.py hook and the real rule_check.py
+    sagemaker.create_training_job(TrainingJobName="real-managed", **request)
+    job = wait_training(sagemaker, "real-managed")
+
+    # THEN every rule reached a verdict from the hook's tensors and the profile, and the tensors are in S3
+    assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason")
+    statuses = job["DebugRuleEvaluationStatuses"] + job["ProfilerRuleEvaluationStatuses"]
+    verdicts = {s["RuleConfigurationName"]: s["RuleEvaluationStatus"] for s in statuses}
+    assert set(verdicts) == {"LossNotDecreasing", "VanishingGradient", "CPUBottleneck"}
+    assert set(verdicts.values()) <= {"NoIssuesFound", "IssuesFound"}, statuses
+    keys = stack["s3"].list_objects_v2(Bucket=BUCKET, Prefix="debug/real-managed/debug-output/")
+    assert keys["KeyCount"] > 0
+
+
 def test_real_failing_job_reports_its_failure_reason(stack: dict[str, Any]) -> None:
     # GIVEN a hyperparameter train.py rejects
     sagemaker = stack["sagemaker"]
