@@ -1,22 +1,27 @@
 """One run of the state machine against the real SageMaker emulator: tuning runs training_image/train.py,
 the rule check runs rule_check.py and the evaluations run evaluate.py, all with the requests the ASL
-builds, so the control plane and the container contract are proven to fit."""
+builds, and every step is the deployed Lambda handler (environment as the template sets it, boto3 clients
+of its own), so the control plane, its handlers and the container contract are proven to fit."""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import io
+import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import boto3
 import numpy as np
 import pytest
 from PIL import Image
 
-from controller.config import Config
+from controller import names
+from controller.config import Config, get_config
 from retrain.embedded.integrations import installed
-from retrain.embedded.sagemaker import SageMakerEmulator
+from retrain.embedded.sagemaker import SageMakerEmulator, api_installed
 from tests.integration.test_statemachine_branches import (
     FUNCTIONS,
     SETTINGS,
@@ -44,8 +49,49 @@ TINY = {
 }
 
 
+HANDLERS = {
+    "PrepareRunFunction": "prepare",
+    "ImportReportFunction": "import_report",
+    "PickBestCandidateFunction": "best_candidate",
+    "GateFunction": "gate",
+    "RegisterModelFunction": "register",
+    "FinalizeRunFunction": "finalize",
+    "RecordFailureFunction": "record_failure",
+}
+
+
+class LambdaContext:
+    memory_limit_in_mb = 512
+    aws_request_id = "request-1"
+
+    def __init__(self, name: str) -> None:
+        self.function_name = name
+        self.invoked_function_arn = f"arn:aws:lambda:us-east-1:123456789012:function:{name}"
+
+
+def invoke_handler(function_name: str, payload: dict[str, Any]) -> Any:
+    """What the Lambda service does: the template's handler, with a context."""
+    module = importlib.import_module(f"controller.{HANDLERS[function_name]}")
+    return json.loads(json.dumps(module.handler(payload, LambdaContext(function_name))))
+
+
+def environment(config: Config) -> dict[str, str]:
+    return {
+        names.ENV_DATA_BUCKET: config.data_bucket,
+        names.ENV_ARTIFACT_BUCKET: config.artifact_bucket,
+        names.ENV_LEDGER_TABLE: config.ledger_table,
+        names.ENV_RUNS_TABLE: config.runs_table,
+        names.ENV_DATASETS_TABLE: config.datasets_table,
+        names.ENV_TOPIC_ARN: config.topic_arn,
+        names.ENV_SAGEMAKER_ROLE_ARN: config.sagemaker_role_arn,
+        names.ENV_SETTINGS: json.dumps(TINY),
+        names.ENV_MIN_ACCURACY: "0.0",
+        names.ENV_MODEL_APPROVAL_STATUS: "Approved",
+    }
+
+
 @pytest.fixture
-def emulated(tmp_path: Path) -> Iterator[Harness]:
+def emulated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
     for aws in moto_aws(config={"stepfunctions": {"execute_state_machine": True}}):
         config = dataclasses.replace(make_config(aws), settings=TINY, min_accuracy=0.0)
         role = "arn:aws:iam::123456789012:role/retrain-states"
@@ -86,8 +132,17 @@ def emulated(tmp_path: Path) -> Iterator[Harness]:
                 aws.s3.put_object(Bucket=aws.data_bucket, Key=key, Body=buffer.getvalue())
                 keys.append(key)
         harness.upload(*keys)
-        with installed(lambda_invoker=harness.invoke, sagemaker=emulator, fsx=harness.fsx):
-            yield harness
+        for key, value in environment(harness.config).items():
+            monkeypatch.setenv(key, value)
+        get_config.cache_clear()
+        try:
+            with (
+                api_installed(emulator),
+                installed(lambda_invoker=invoke_handler, sagemaker=emulator, fsx=harness.fsx),
+            ):
+                yield harness
+        finally:
+            get_config.cache_clear()
 
 
 def test_a_run_trains_checks_rules_evaluates_and_registers_with_the_real_container(emulated: Harness) -> None:
