@@ -1,7 +1,8 @@
 """Cost of the Debugger hook (and the system profiler) per training step, measured side by side.
 
 Trains the project's ResNet-18 on synthetic batches with: nothing attached; the hook at the default
-debug-interval; the hook saving every step (worst case); the system profiler alone. The variants
+debug-interval; the same hook registered the way smdebug's register_module does (a forward hook on
+every layer); the hook saving every step (worst case); the system profiler alone. The variants
 take turns in short blocks so that machine noise hits them alike; each one's mean step time is
 compared with the baseline's. Step time is this process's CPU time (all its threads, the hook's
 and the profiler's included), which other work on a shared machine disturbs far less than wall
@@ -35,7 +36,7 @@ from torch import nn  # noqa: E402
 
 import contract  # noqa: E402
 
-VARIANTS = ("baseline", "hook-default-interval", "hook-every-step", "profiler")
+VARIANTS = ("baseline", "hook-default-interval", "hook-smdebug-registration", "hook-every-step", "profiler")
 
 
 class Runner:
@@ -54,7 +55,11 @@ class Runner:
         paths = contract.resolve_paths({contract.BASE_DIR_ENV: str(workdir)})
         self.hook = None
         self.profiler: profiler.SystemProfiler | None = None
-        if variant.startswith("hook"):
+        if variant == "hook-smdebug-registration":  # smdebug's register_module: hooks on every layer
+            self.hook = debugger.build_hook(paths.tensors_dir, debugger.DEFAULT_INTERVAL)
+            self.hook.register_module(self.model)
+            self.hook.register_loss(self.loss_fn)
+        elif variant.startswith("hook"):
             interval = debugger.DEFAULT_INTERVAL if variant == "hook-default-interval" else 1
             args = argparse.Namespace(debug_hook=True, debug_interval=interval)
             self.hook = debugger.attach(self.model, self.loss_fn, args, paths)

@@ -82,10 +82,29 @@ def attach(
         hook = SmdebugHook.create_from_json_file(str(config))
     else:
         hook = build_hook(paths.tensors_dir, int(getattr(args, "debug_interval", DEFAULT_INTERVAL)))
-    hook.register_module(model)
+    register_lean(hook, model)
     hook.register_loss(loss_fn)
     train_mode(hook)
     return hook
+
+
+def register_lean(hook: Hook, model: torch.nn.Module) -> None:
+    """smdebug's `register_module` without its per-layer forward hooks.
+
+    Those hooks time every layer for smdebug's framework profiler and save layer outputs; retrain
+    collects neither, and one Python call per layer per step is most of the hook's cost when a GPU
+    step takes milliseconds. Weights are still saved from the model's pre-forward hook, gradients
+    from the parameter hooks, losses from the loss module (smdebug 1.0.34's own registration steps).
+    """
+    for name, submodule in model.named_modules():
+        submodule._module_name = name
+        hook.module_set.add(submodule)
+    model._module_name = model._get_name()
+    model.register_forward_pre_hook(hook.forward_pre_hook)
+    model.register_forward_hook(hook.fhook)
+    hook._backward_apply(model)
+    hook.has_registered_module = True
+    hook.count_parameters(model)
 
 
 def train_mode(hook: Hook | None) -> None:
