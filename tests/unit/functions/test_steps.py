@@ -264,3 +264,49 @@ def test_checkpoints_of_a_finished_run_are_not_evaluated(aws, config):
         _checkpoint_event(aws, key), config=config, dynamodb=aws.dynamodb, sagemaker=aws.sagemaker, s3=aws.s3
     )
     assert result["action"] == "ignored"
+
+
+def _status_change(status: str, name: str, dataset: str) -> dict:
+    return {
+        "detail-type": "Step Functions Execution Status Change",
+        "source": "aws.states",
+        "detail": {"status": status, "name": name, "input": json.dumps({"dataset": dataset})},
+    }
+
+
+def test_a_stopped_execution_fails_its_run_and_frees_the_lock(aws, config):
+    # GIVEN a running run holding its data set's lock
+    from controller import execution_events
+
+    datasets.acquire("flowers", "flowers-00001", "t", table_name=aws.datasets_table, client=aws.dynamodb)
+    runs.put_run(
+        {"dataset": "flowers", "run_id": "flowers-00001", "status": "RUNNING"},
+        table_name=aws.runs_table,
+        client=aws.dynamodb,
+    )
+    # WHEN someone stops its execution
+    result = execution_events.on_execution_end(
+        _status_change("ABORTED", "flowers-00001", "flowers"), config=config, dynamodb=aws.dynamodb
+    )
+    # THEN the run is FAILED with that status and the lock is free
+    assert result["action"] == "released"
+    record = runs.get_run("flowers", "flowers-00001", table_name=aws.runs_table, client=aws.dynamodb)
+    assert record is not None and record["status"] == "FAILED" and record["failure"]["error"] == "ABORTED"
+    assert "active_run" not in datasets.get("flowers", table_name=aws.datasets_table, client=aws.dynamodb)
+
+
+def test_a_stopped_execution_that_never_held_the_lock_leaves_it_alone(aws, config):
+    # GIVEN another run holds the lock (the stopped one was refused as DatasetBusy)
+    from controller import execution_events
+
+    datasets.acquire("flowers", "flowers-00001", "t", table_name=aws.datasets_table, client=aws.dynamodb)
+    # WHEN the other execution's stop arrives
+    result = execution_events.on_execution_end(
+        _status_change("ABORTED", "manual-9", "flowers"), config=config, dynamodb=aws.dynamodb
+    )
+    # THEN the lock stays with its holder
+    assert result["action"] == "not-held"
+    assert (
+        datasets.get("flowers", table_name=aws.datasets_table, client=aws.dynamodb)["active_run"]
+        == "flowers-00001"
+    )
