@@ -100,12 +100,17 @@ def test_the_state_machines_managed_rules_match_the_configs() -> None:
     text = (REPO / "statemachine" / "training.asl.json").read_text()
     if "DebugRuleConfigurations" not in text:
         pytest.skip("the state machine has no DebuggerMode=managed branch yet")
-    found: dict[str, list[dict[str, Any]]] = {}
+    found: dict[str, Any] = {}
 
     def walk(node: Any) -> None:
         if isinstance(node, dict):
-            for key in ("DebugRuleConfigurations", "ProfilerRuleConfigurations"):
-                if isinstance(node.get(key), list):
+            for key in (
+                "DebugRuleConfigurations",
+                "ProfilerRuleConfigurations",
+                "DebugHookConfig",
+                "ProfilerConfig",
+            ):
+                if key in node:
                     found[key] = node[key]
             for value in node.values():
                 walk(value)
@@ -120,3 +125,8 @@ def test_the_state_machines_managed_rules_match_the_configs() -> None:
         theirs = [{k: v for k, v in r.items() if not re.match(r"RuleEvaluatorImage", k)} for r in found[key]]
         assert theirs == ours, key
         assert all(str(r.get("RuleEvaluatorImage")) == "${DebuggerRuleImage}" for r in found[key]), key
+    for key in ("DebugHookConfig", "ProfilerConfig"):
+        # S3OutputPath is per run: the state machine fills it from the run (S3OutputPath.$)
+        theirs_config = {k: v for k, v in found[key].items() if k != "S3OutputPath.$"}
+        assert theirs_config == expected[key], key  # type: ignore[literal-required]
+        assert "S3OutputPath.$" in found[key], key
