@@ -117,3 +117,13 @@ def test_processing_states_run_the_contract_programs(states):
     assert sorted(Path(p).name for p in programs) == sorted(
         [contract.EVALUATE_PROGRAM, contract.EVALUATE_PROGRAM, contract.RULE_CHECK_PROGRAM]
     )
+
+
+def test_job_tags_in_the_asl_are_the_control_plane_tag_names(states):
+    keys = {
+        tag["Key"]
+        for state in states.values()
+        if state.get("Resource", "").startswith("arn:aws:states:::sagemaker:")
+        for tag in state["Parameters"].get("Tags", [])
+    }
+    assert keys == {names.TAG_DATASET, names.TAG_RUN_ID}
