@@ -5,7 +5,8 @@ side by side in one run and for each augment-load: images per second of each loa
 to the device, as training needs them), and resnet18 training steps per second fed by each loader
 and by one synthetic batch already on the device (the ceiling: no loading at all). Each measurement
 starts after one warm-up batch and runs across epoch boundaries if it needs more batches than one
-epoch has, so each loader's own per-epoch start cost (DataLoader workers, DALI pipeline reset) counts.
+epoch has, so each loader's own per-epoch start cost (DataLoader workers, DALI pipeline reset) counts;
+the measurements of all loaders and the ceiling are interleaved in rounds and each figure is the median.
 DALI decodes on `mixed` and augments on the GPU when one is present, on the CPU otherwise.
 
     .venv/bin/python bench/loader.py [--images 256 --image-size 224 --batch-size 32 --steps 20]
@@ -19,6 +20,7 @@ import argparse
 import os
 import platform
 import shlex
+import statistics
 import sys
 import tempfile
 import time
@@ -128,11 +130,17 @@ class Row:
 def measure(
     samples: Sequence[data.Sample], args: argparse.Namespace, device: torch.device, kinds: Sequence[str]
 ) -> list[Row]:
+    """Per augment-load, `args.rounds` interleaved rounds of every figure; each figure is the median,
+    so load that comes and goes on shared cores hits every loader alike."""
+    generator = torch.Generator().manual_seed(0)
+    synthetic = (
+        torch.randn(args.batch_size, 3, args.image_size, args.image_size, generator=generator).to(device),
+        torch.randint(0, NUM_LABELS, (args.batch_size,), generator=generator).to(device),
+    )
     rows = []
     for augment_load in args.augment_loads:
-        row = Row(augment_load, {}, {})
-        for kind in kinds:
-            loader = loaders.build_loader(
+        built = {
+            kind: loaders.build_loader(
                 kind,
                 samples,
                 train=True,
@@ -143,26 +151,30 @@ def measure(
                 num_workers=args.workers,
                 device=device,
             )
-            seconds, images = timed(batches(loader), args.steps, device, lambda _i, _l: None)
-            row.loader_ips[kind] = images / seconds
-            trainer = Trainer(device)
-            seconds, _ = timed(batches(loader), args.steps, device, trainer.step)
-            row.step_rate[kind] = args.steps / seconds
-            print(
-                f"augment-load {augment_load:>2} {kind:>5}: {row.loader_ips[kind]:8.1f} images/s, "
-                f"{row.step_rate[kind]:6.2f} {ARCH} steps/s",
-                flush=True,
-            )
-        trainer = Trainer(device)
-        generator = torch.Generator().manual_seed(0)
-        synthetic = (
-            torch.randn(args.batch_size, 3, args.image_size, args.image_size, generator=generator).to(device),
-            torch.randint(0, NUM_LABELS, (args.batch_size,), generator=generator).to(device),
+            for kind in kinds
+        }
+        trainers = {kind: Trainer(device) for kind in (*kinds, "synthetic")}
+        ips: dict[str, list[float]] = {kind: [] for kind in kinds}
+        rates: dict[str, list[float]] = {kind: [] for kind in trainers}
+        for _ in range(args.rounds):
+            for kind, loader in built.items():
+                seconds, images = timed(batches(loader), args.steps, device, lambda _i, _l: None)
+                ips[kind].append(images / seconds)
+                seconds, _ = timed(batches(loader), args.steps, device, trainers[kind].step)
+                rates[kind].append(args.steps / seconds)
+            seconds, _ = timed(repeat(synthetic), args.steps, device, trainers["synthetic"].step)
+            rates["synthetic"].append(args.steps / seconds)
+        row = Row(
+            augment_load,
+            {kind: statistics.median(values) for kind, values in ips.items()},
+            {kind: statistics.median(values) for kind, values in rates.items()},
         )
-        seconds, _ = timed(repeat(synthetic), args.steps, device, trainer.step)
-        row.step_rate["synthetic"] = args.steps / seconds
         print(
-            f"augment-load {augment_load:>2} synthetic: {row.step_rate['synthetic']:6.2f} steps/s", flush=True
+            f"augment-load {augment_load:>2}: images/s "
+            + ", ".join(f"{kind} {value:.1f}" for kind, value in row.loader_ips.items())
+            + f"; {ARCH} steps/s "
+            + ", ".join(f"{kind} {value:.2f}" for kind, value in row.step_rate.items()),
+            flush=True,
         )
         rows.append(row)
     return rows
@@ -257,7 +269,8 @@ def report(
             f"Command: `{command}`.",
             f"{args.images} generated JPEGs of 500x375 to 640x480, {NUM_LABELS} labels, image-size "
             f"{args.image_size}, batch {args.batch_size}, {args.workers} DataLoader workers / DALI threads, "
-            f"{args.steps} timed batches after 1 warm-up per figure.",
+            f"Each figure: median of {args.rounds} interleaved rounds of {args.steps} timed batches after "
+            "1 warm-up batch.",
             "",
             table(rows, kinds),
             "",
@@ -272,7 +285,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--images", type=int, default=256, help="JPEGs to generate")
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--steps", type=int, default=20, help="timed batches per figure")
+    parser.add_argument("--steps", type=int, default=20, help="timed batches per measurement")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved measurements per figure (median)")
     parser.add_argument(
         "--augment-loads",
         type=lambda text: [int(v) for v in text.split(",")],
