@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import optuna
+from botocore.exceptions import ClientError
 
-from retrain.embedded.sagemaker.errors import validation
+from retrain.embedded.sagemaker.errors import RESOURCE_LIMIT_EXCEEDED, THROTTLING, validation
 from retrain.embedded.sagemaker.logs import compile_metric_definitions
 from retrain.embedded.sagemaker.training import POLL_SECONDS, JobControl
 
@@ -31,6 +32,7 @@ WARM_START_TYPES = ("IdenticalDataAndAlgorithm", "TransferLearning")
 TERMINAL = ("Completed", "Failed", "Stopped")
 REVERSE_SUFFIX = "#reverse-log"
 MAX_PARENTS = 5
+LAUNCH_RETRY_SECONDS = 1.0
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -372,10 +374,15 @@ class TuningRun:
         self.update({"Trials": [self._trial_entry(t) for t in self.trials]})
         try:
             self.launch(name, tuned, trial.control)
-        except Exception as exc:
-            trial.told = True
+        except ClientError as exc:
+            # Not a trial: the point is asked again once the account has room, as the service waits.
+            self.trials.pop()
             self.study.tell(optuna_trial, state=optuna.trial.TrialState.FAIL)
             self.update({"Trials": [self._trial_entry(t) for t in self.trials], "LastLaunchError": str(exc)})
+            if exc.response.get("Error", {}).get("Code") not in (RESOURCE_LIMIT_EXCEEDED, THROTTLING):
+                raise RuntimeError(f"could not start trial {name}: {exc}") from exc
+            self.study.enqueue_trial(optuna_trial.params)
+            time.sleep(LAUNCH_RETRY_SECONDS)
 
     def _on_metric(self, trial: Trial, metric: str, value: float) -> None:
         if metric != self.objective["MetricName"] or trial.told or math.isnan(value):

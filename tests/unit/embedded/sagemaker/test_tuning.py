@@ -274,3 +274,29 @@ def test_stopping_a_tuning_job_stops_its_running_trials(
     assert job["HyperParameterTuningJobStatus"] == "Stopped"
     assert job["TrainingJobStatusCounters"]["Stopped"] == 2
     assert sum(job["TrainingJobStatusCounters"].values()) == 2
+
+
+def test_trials_wait_for_account_capacity_instead_of_failing(
+    aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator]
+) -> None:
+    # GIVEN an account that runs one training job at a time and a tuning job asking for two in parallel
+    put_images(aws["s3"], "data/train")
+    emulator = make_emulator(max_concurrent_training_jobs=1)
+
+    # WHEN it runs
+    emulator.create_hyper_parameter_tuning_job(
+        **tuning_request("capacity", strategy="Random", jobs=3, parallel=2)
+    )
+    job = wait_tuning(emulator, "capacity")
+
+    # THEN the trials that met ResourceLimitExceeded started later: three trials, all completed
+    assert job["HyperParameterTuningJobStatus"] == "Completed", job.get("FailureReason")
+    assert job["TrainingJobStatusCounters"]["Completed"] == 3
+    trials = emulator.list_training_jobs_for_hyper_parameter_tuning_job(
+        HyperParameterTuningJobName="capacity"
+    )
+    assert sorted(t["TrainingJobName"][:12] for t in trials["TrainingJobSummaries"]) == [
+        "capacity-001",
+        "capacity-002",
+        "capacity-003",
+    ]
