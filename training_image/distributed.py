@@ -1,8 +1,9 @@
 """Data-parallel setup from the environment torchrun or SageMaker provides.
 
 torchrun (and SageMaker's `torch_distributed` launcher, which runs torchrun) sets RANK, WORLD_SIZE,
-LOCAL_RANK, MASTER_ADDR and MASTER_PORT. Without them, a multi-host SageMaker job (one process per
-host) is described by SM_HOSTS and SM_CURRENT_HOST: rank = the host's index, master = the first host.
+LOCAL_RANK, MASTER_ADDR and MASTER_PORT; mpirun (SageMaker's smdistributed launcher) sets the
+OMPI_COMM_WORLD_* variables. Without either, a multi-host SageMaker job (one process per host) is
+described by SM_HOSTS and SM_CURRENT_HOST: rank = the host's index, master = the first host.
 Backend: SageMaker's data-parallel library when it imports on a GPU, NCCL on GPU, gloo on CPU.
 """
 
@@ -20,6 +21,11 @@ import contract
 
 DEFAULT_MASTER_PORT = "29500"
 SMDDP_BACKEND = "smddp"
+MPI_RANK, MPI_WORLD_SIZE, MPI_LOCAL_RANK = (
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+)
 
 
 class DistributedError(Exception):
@@ -72,6 +78,9 @@ def from_env(environ: Mapping[str, str] | None = None) -> tuple[int, int, int, s
             raise DistributedError(f"RANK {rank} is outside WORLD_SIZE {world}")
         return rank, world, local, env.get("MASTER_ADDR", "127.0.0.1"), port
     hosts = json.loads(env.get(contract.HOSTS_ENV, json.dumps([contract.DEFAULT_HOST])))
+    if MPI_WORLD_SIZE in env:  # mpirun, as SageMaker's smdistributed launcher uses
+        rank, world, local = (int(env[name]) for name in (MPI_RANK, MPI_WORLD_SIZE, MPI_LOCAL_RANK))
+        return rank, world, local, env.get("MASTER_ADDR", sorted(hosts)[0]), port
     current = env.get(contract.CURRENT_HOST_ENV, contract.DEFAULT_HOST)
     if len(hosts) <= 1:
         return 0, 1, 0, "127.0.0.1", port

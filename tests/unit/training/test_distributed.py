@@ -23,6 +23,16 @@ def test_sagemaker_hosts_give_one_rank_per_host() -> None:
     assert distributed.from_env(env) == (1, 3, 0, "algo-1", distributed.DEFAULT_MASTER_PORT)
 
 
+def test_mpirun_variables_give_rank_and_world() -> None:
+    env = {
+        "OMPI_COMM_WORLD_RANK": "5",
+        "OMPI_COMM_WORLD_SIZE": "16",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "5",
+        "SM_HOSTS": json.dumps(["algo-2", "algo-1"]),
+    }
+    assert distributed.from_env(env) == (5, 16, 5, "algo-1", distributed.DEFAULT_MASTER_PORT)
+
+
 def test_a_single_host_is_one_process() -> None:
     assert distributed.from_env({})[:2] == (0, 1)
     context = distributed.setup({}, use_cuda=False)

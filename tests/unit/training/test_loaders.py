@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 
 import data
@@ -116,6 +117,13 @@ def test_eval_transform_center_crops_after_resizing_the_shorter_side() -> None:
     assert tensor.shape == (3, 56, 56)
     white = (1 - torch.tensor(loaders.IMAGENET_MEAN)) / torch.tensor(loaders.IMAGENET_STD)
     torch.testing.assert_close(tensor[:, 28, 28], white)
+
+
+def test_the_delay_fault_knob_sleeps_per_batch(samples: list[data.Sample]) -> None:
+    # GIVEN inject-loader-delay-ms of 200 WHEN an epoch of 3 batches is read THEN it takes at least 0.6 s
+    started = time.perf_counter()
+    assert len(list(build(samples, delay_ms=200).epoch(0))) == 3
+    assert time.perf_counter() - started >= 0.6
 
 
 def test_auto_picks_the_dataloader_without_a_gpu() -> None:
