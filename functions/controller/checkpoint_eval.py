@@ -53,8 +53,12 @@ def _count(dataset: str, run_id: str, training_job: str, *, config: Config, dyna
     try:
         return count_checkpoint(dataset, run_id, training_job, config=config, dynamodb=dynamodb)
     except dynamodb.exceptions.ConditionalCheckFailedException:
-        runs.update_run(
-            dataset, run_id, {"checkpoint_counts": {}}, table_name=config.runs_table, client=dynamodb
+        dynamodb.update_item(
+            TableName=config.runs_table,
+            Key=serialize({names.RUNS_PK: dataset, names.RUNS_SK: run_id}),
+            UpdateExpression="SET #counts = if_not_exists(#counts, :empty)",
+            ExpressionAttributeNames={"#counts": "checkpoint_counts"},
+            ExpressionAttributeValues=serialize({":empty": {}}),
         )
         return count_checkpoint(dataset, run_id, training_job, config=config, dynamodb=dynamodb)
 

@@ -19,7 +19,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from controller import datasets, dispatch, ledger, names, uploads
 from controller.config import Config, get_config
 from controller.observability import logger, metrics, tracer
-from controller.s3events import UnreadableNoticeError, parse_body
+from controller.s3events import ObjectCreated, UnreadableNoticeError, parse_body
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -63,7 +63,7 @@ class Ingestor:
         for notice in notices:
             self.record_notice(notice)
 
-    def record_notice(self, notice: Any) -> None:
+    def record_notice(self, notice: ObjectCreated) -> None:
         verdict = uploads.judge(notice.key, notice.size)
         if verdict.accepted and notice.bucket != self.config.data_bucket:
             verdict = uploads.Verdict(

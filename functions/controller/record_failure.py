@@ -32,13 +32,17 @@ def explain(error: str, cause: str) -> str:
             "type, or lower "
             f"MaxParallelTuningJobs / choose another instance type. ({cause[:300]})"
         )
-    if error == "States.TaskFailed" and cause.startswith("{"):
-        try:
-            description = json.loads(cause)
-        except json.JSONDecodeError:
-            description = {}
-        job = next((description[k] for k in description if k.endswith("JobName")), "the SageMaker job")
-        reason = description.get("FailureReason") or description.get("ExitMessage") or "no failure reason"
+    try:
+        document = json.loads(cause) if cause.startswith("{") else {}
+    except json.JSONDecodeError:
+        document = {}
+    if not isinstance(document, dict):
+        document = {}
+    if "errorMessage" in document:  # a Lambda step raised: its message is meant for people
+        return f"{document.get('errorType', error)}: {str(document['errorMessage'])[:1000]}"
+    if error == "States.TaskFailed" and document:
+        job = next((document[k] for k in document if k.endswith("JobName")), "the SageMaker job")
+        reason = document.get("FailureReason") or document.get("ExitMessage") or "no failure reason"
         return f"{job} failed: {reason}. See its logs under /aws/sagemaker/."
     return f"{error}: {cause[:1000]}"
 

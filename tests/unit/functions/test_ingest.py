@@ -217,6 +217,9 @@ def test_the_lambda_handler_reads_its_environment_and_reports_partial_failures(
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     config_module.get_config.cache_clear()
+    from controller.observability import metrics
+
+    metrics.clear_metrics()  # earlier tests called the plain functions, which add but never flush
 
     class Context:
         function_name = "IngestFunction"

@@ -139,6 +139,13 @@ def test_a_quota_failure_is_explained_with_what_to_do():
     assert "quota" in text and "MaxParallelTuningJobs" in text
 
 
+def test_a_failed_lambda_step_is_explained_by_its_message():
+    cause = json.dumps({"errorMessage": "data set 'x' has 1 label", "errorType": "NotEnoughDataError"})
+    assert (
+        record_failure.explain("NotEnoughDataError", cause) == "NotEnoughDataError: data set 'x' has 1 label"
+    )
+
+
 def test_a_failed_job_is_explained_by_its_failure_reason():
     cause = json.dumps(
         {"TrainingJobName": "job-1", "TrainingJobStatus": "Failed", "FailureReason": "ClientError: bad"}
