@@ -127,3 +127,17 @@ def test_job_tags_in_the_asl_are_the_control_plane_tag_names(states):
         for tag in state["Parameters"].get("Tags", [])
     }
     assert keys == {names.TAG_DATASET, names.TAG_RUN_ID}
+
+
+def test_every_task_retries_transient_errors_and_every_top_level_task_catches():
+    definition = json.loads(ASL.read_text())
+    top_level = definition["States"]
+    for name, state in _states(definition).items():
+        if state["Type"] != "Task":
+            continue
+        assert state.get("Retry"), f"{name} has no Retry"
+        if name in top_level:
+            assert state.get("Catch"), f"{name} has no Catch"
+    for name, state in top_level.items():
+        if state["Type"] == "Parallel":
+            assert state.get("Catch"), f"{name} has no Catch"
