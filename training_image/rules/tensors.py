@@ -91,7 +91,13 @@ class VanishingGradient(DetailedRule):
 
 class ExplodingTensor(DetailedRule):
     """Fires when a saved tensor holds NaN (or, unless `only_nan`, infinity). Defaults as the managed
-    rule: every collection, no regex, only_nan False."""
+    rule: every collection, no regex, only_nan False.
+
+    Unlike the managed rule, a non-finite gradient at a step whose saved losses are all finite is
+    not an explosion: that is mixed precision's loss scaling overflowing (GradScaler skips the step
+    and lowers the scale), which happens in the first steps of every amp run. A real explosion
+    makes the loss (and the weights) non-finite, which the rule then finds.
+    """
 
     def __init__(
         self,
@@ -111,16 +117,36 @@ class ExplodingTensor(DetailedRule):
             names = self._tensor_names(self.collection_names, self.tensor_regex)
         else:
             names = sorted(self.base_trial.tensor_names())
+        gradients = set(self.base_trial.tensor_names(collection=GRADIENTS))
+        overflow: list[str] = []
         for name in names:
             if step not in self.base_trial.tensor(name).steps():
                 continue
             values = _values(self.base_trial, name, step)
             self.checked += 1
             bad = [v for v in values if math.isnan(v) or (not self.only_nan and math.isinf(v))]
-            if bad:
-                self.detail = f"{name} at step {step} is not finite ({bad[0]})"
-                return True
+            if not bad:
+                continue
+            if name in gradients and self._losses_finite(step):
+                overflow.append(name)
+                continue
+            self.detail = f"{name} at step {step} is not finite ({bad[0]})"
+            return True
+        if overflow:
+            self.logger.info(
+                f"step {step}: {len(overflow)} gradients not finite while the loss is: loss-scaling overflow"
+            )
         return False
+
+    def _losses_finite(self, step: int) -> bool:
+        losses = [
+            n
+            for n in self.base_trial.tensor_names(collection=LOSSES)
+            if step in self.base_trial.tensor(n).steps()
+        ]
+        if not losses:
+            return False
+        return all(math.isfinite(v) for n in losses for v in _values(self.base_trial, n, step))
 
 
 def _loss_names(rule: DetailedRule, regex: str | list[str] | None, use_losses_collection: bool) -> list[str]:

@@ -39,6 +39,7 @@ def train_with_hook(
     hidden: int = 16,
     activation: type[nn.Module] = nn.ReLU,
     input_scale: float = 1.0,
+    grad_scale: float | None = None,
 ) -> contract.Paths:
     """Train a small MLP for `steps` steps with the hook attached, validating every `eval_every`."""
     torch.manual_seed(0)
@@ -52,14 +53,20 @@ def train_with_hook(
         y = torch.randint(0, 2, y.shape, generator=torch.Generator().manual_seed(2))
     vx, vy = separable_data(64, seed=3)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    scaler = None if grad_scale is None else torch.amp.GradScaler("cpu", init_scale=grad_scale)
     batch = 16
     for step in range(steps):
         debugger.train_mode(hook)
         start = (step * batch) % train_size
         loss = loss_fn(model(x[start : start + batch]), y[start : start + batch])
         optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        if scaler is None:
+            loss.backward()
+            optimizer.step()
+        else:  # mixed precision's loss scaling: overflowing steps are skipped and the scale lowered
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
         if (step + 1) % eval_every == 0:
             debugger.eval_mode(hook)
             with torch.no_grad():

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
+from smdebug.trials import create_trial
 
 import contract
 import rules
@@ -44,6 +46,24 @@ def test_an_issue_names_the_step_and_the_numbers(overfit_run: contract.Paths) ->
     # THEN it says at which step and with which ratio against which threshold
     assert result.step is not None and result.step > 0
     assert "ratio" in result.detail and "> 0.1" in result.detail
+
+
+def test_loss_scaling_overflow_is_not_an_explosion(tmp_path: Path) -> None:
+    # GIVEN a run with mixed precision's loss scaling starting so high that gradients overflow
+    paths = train_with_hook(tmp_path, steps=4, input_scale=100.0, grad_scale=3e38)
+    trial = create_trial(str(paths.tensors_dir))
+    overflowed = [
+        name
+        for name in trial.tensor_names(collection="gradients")
+        if not math.isfinite(float(trial.tensor(name).reduction_value(0, "l2", abs=False)))
+    ]
+    assert overflowed, "the scenario needs a non-finite gradient"
+
+    # WHEN ExplodingTensor runs
+    (result,) = rules.evaluate(paths.tensors_dir, paths.profile_dir, names=("ExplodingTensor",))
+
+    # THEN the skipped, overflowing steps are not reported: the loss stayed finite
+    assert result.status == rules.NO_ISSUES
 
 
 def test_gradients_that_vanish_are_found(tmp_path: Path) -> None:
