@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 MIN_LABELS = 2
-MIN_IMAGES_PER_LABEL = 1
+MAX_IMPORT_PATHS = 100  # CreateDataRepositoryTask's limit on Paths
 JOB_NAME_RE = re.compile(r"[^a-zA-Z0-9-]")
 InstanceType = Annotated[str, Field(pattern=r"^ml\.[a-z0-9]+\.[a-z0-9]+$")]
 
@@ -292,7 +292,7 @@ def prepare(
         "data_source": data_source,
         "import_needed": data_source == "fsx" and summary["new"] > 0,
         "file_system_id": settings.get("file_system_id", ""),
-        "import_paths": [f"{data_prefix}{label}/" for label in summary["new_labels"]],
+        "import_paths": import_paths(data_prefix, summary["new_labels"]),
         "import_report_path": f"{artifact}{names.run_prefix(dataset, run_id)}{names.FSX_REPORTS_DIR}",
         "import_poll_seconds": int(settings.get("import_poll_seconds", 30)),
         "import_max_polls": int(settings.get("import_max_polls", 120)),
@@ -350,6 +350,13 @@ def prepare(
     )
     logger.info("run prepared", extra={"dataset": dataset, "run_id": run_id, "images": summary["size"]})
     return {"run": run}
+
+
+def import_paths(data_prefix: str, new_labels: list[str]) -> list[str]:
+    """The label prefixes that received images (FSx takes at most 100 paths; beyond, the data set)."""
+    if len(new_labels) > MAX_IMPORT_PATHS:
+        return [data_prefix]
+    return [f"{data_prefix}{label}/" for label in new_labels]
 
 
 def _hp(value: str | int | float | bool) -> str:

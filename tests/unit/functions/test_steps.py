@@ -84,6 +84,12 @@ def test_prepare_freezes_accepted_images_into_the_manifest_and_takes_the_lock(aw
     assert record is not None and record["status"] == "RUNNING" and record["manifest_size"] == 2
 
 
+def test_import_paths_are_the_new_labels_or_the_whole_data_set_beyond_fsx_limits():
+    prefix = "s3://data/data/flowers/"
+    assert prepare.import_paths(prefix, ["daisy", "rose"]) == [f"{prefix}daisy/", f"{prefix}rose/"]
+    assert prepare.import_paths(prefix, [f"l{i}" for i in range(101)]) == [prefix]
+
+
 def test_prepare_refuses_a_data_set_with_one_label(aws, config, events_dir):
     _upload(aws, config, events_dir, "data/flowers/daisy/a.jpg")
     with pytest.raises(NotEnoughDataError, match=r"at least 2.*data/flowers/<label>/<image>"):
