@@ -10,6 +10,7 @@ the process. ``up()``/``down()`` run the same stack as a background process for 
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import json
 import logging
 import os
@@ -363,6 +364,8 @@ class EmbeddedStack:
 
     def stop(self, *, save: bool = True) -> None:
         """Stop everything; with ``save`` the stack's data goes to the state directory first."""
+        began = time.monotonic()
+        LOG.info("stopping the embedded stack %s", self.stack_name)
         for poller in self._pollers:
             poller.stop()
         self._pollers.clear()
@@ -390,6 +393,7 @@ class EmbeddedStack:
                 urllib.request.urlopen(request, timeout=30).close()
             self._server.stop()
             self._server = None
+        LOG.info("embedded stack %s stopped in %.1f s", self.stack_name, time.monotonic() - began)
 
     def _save(self) -> None:
         assert self.wiring is not None
@@ -423,6 +427,9 @@ def _server_file(state_dir: Path) -> Path:
 
 
 def _alive(pid: int) -> bool:
+    with contextlib.suppress(ChildProcessError):  # our own child (up() then down() in one process): reap it
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
     try:
         os.kill(pid, 0)
     except OSError:
@@ -449,9 +456,20 @@ def up(state_dir: Path = DEFAULT_STATE_DIR, *, timeout: float = 120.0, **options
         return found[0]
     state_dir = Path(state_dir).resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
+    unknown = sorted(set(options) - {"parameter_overrides", "template", "stack_name", "faults"})
+    if unknown:
+        raise EmbeddedStackError(
+            f"up() takes parameter_overrides, template, stack_name, faults; not {unknown}"
+        )
     command = [sys.executable, "-m", "retrain.embedded.stack", "--state-dir", str(state_dir)]
     if options.get("parameter_overrides"):
         command += ["--parameters", json.dumps(options["parameter_overrides"])]
+    if options.get("template"):
+        command += ["--template", str(Path(options["template"]).resolve())]
+    if options.get("stack_name"):
+        command += ["--stack-name", str(options["stack_name"])]
+    if options.get("faults") is not None:
+        options["faults"].save(state_dir / "faults.json")
     log = open(state_dir / "server.log", "a", encoding="utf-8")  # noqa: SIM115 - handed to the child
     process = subprocess.Popen(command, stdout=log, stderr=log, cwd=str(REPO_ROOT), start_new_session=True)
     deadline = time.monotonic() + timeout
@@ -503,10 +521,19 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
     parser.add_argument("--parameters", default="{}", help="template parameter overrides as JSON")
+    parser.add_argument("--template", type=Path, default=REPO_ROOT / "template.yaml")
+    parser.add_argument("--stack-name", default=DEFAULT_STACK_NAME)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` prints every thread's stack to server.log
     faults = Faults.load(args.state_dir / "faults.json")
-    stack = EmbeddedStack(args.state_dir, parameter_overrides=json.loads(args.parameters), faults=faults)
+    stack = EmbeddedStack(
+        args.state_dir,
+        parameter_overrides=json.loads(args.parameters),
+        faults=faults,
+        template=args.template,
+        stack_name=args.stack_name,
+    )
     with _terminate_on_signal():
         try:
             endpoint = stack.start()
@@ -519,8 +546,14 @@ def main(argv: list[str] | None = None) -> None:
         except KeyboardInterrupt:
             pass
         finally:
-            _server_file(args.state_dir).unlink(missing_ok=True)
             stack.stop()
+            _server_file(args.state_dir).unlink(missing_ok=True)
+    # Everything is saved and stopped; skip the interpreter's teardown of moto's large object graph,
+    # which can take minutes on a busy machine while `down` waits.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
