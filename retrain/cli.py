@@ -142,7 +142,7 @@ def _deployment(stack: str | None, state_dir: Path, *, read_only: bool) -> Itera
         yield running
         return
     if read_only and local.has_state(state_dir):
-        with local.foreground(state_dir) as deployment:
+        with local.foreground(state_dir, read_only=True) as deployment:
             yield deployment
         return
     raise EmbeddedRuntimeError(
@@ -414,7 +414,11 @@ def list_runs_command(
     table = Table("run", "dataset", "status", "created", "gate", "objective", box=None, header_style="bold")
     for row in rows:
         objective = "-" if row["objective"] is None else f"{row['objective']:.4f}"
-        cells = [str(row[k] or "-") for k in ("run_id", "dataset", "status", "created_at", "gate")]
+        created = str(row["created_at"]).replace("T", " ")[:19]
+        cells = [str(row[k] or "-") for k in ("run_id", "dataset", "status")] + [
+            created,
+            str(row["gate"] or "-"),
+        ]
         table.add_row(*cells, objective)
     Console(highlight=False).print(table)
 

@@ -58,8 +58,10 @@ def foreground(
     parameter_overrides: dict[str, str] | None = None,
     faults: Any = None,
     spot: Any = None,
+    read_only: bool = False,
 ) -> Iterator[Deployment]:
-    """An embedded stack that lives as long as the `with` block (its state persists in state_dir)."""
+    """An embedded stack that lives as long as the `with` block (its state persists in state_dir; a
+    read-only use leaves the saved state as it was)."""
     module = _stack_module()
     kwargs: dict[str, Any] = {"state_dir": state_dir}
     if parameter_overrides:
@@ -74,19 +76,19 @@ def foreground(
     try:
         yield connect_local(str(endpoint), str(stack.stack_name))
     except BaseException:
-        _stop_quietly(stack, state_dir)
+        _stop_quietly(stack, state_dir, save=not read_only)
         raise
-    if not _stop_quietly(stack, state_dir):
+    if not _stop_quietly(stack, state_dir, save=not read_only):
         raise EmbeddedRuntimeError(
             f"the embedded stack did not stop cleanly; its state saved in {state_dir} may miss the last "
             "changes (details above)"
         )
 
 
-def _stop_quietly(stack: Any, state_dir: Path) -> bool:
+def _stop_quietly(stack: Any, state_dir: Path, *, save: bool) -> bool:
     """Stop the stack; a failure to stop must not hide what the command itself did or raised."""
     try:
-        stack.stop()
+        stack.stop(save=save)
     except Exception as error:
         log.error(
             "the embedded stack in %s did not stop cleanly: %s", state_dir, " ".join(str(error).split())[:300]
