@@ -217,9 +217,11 @@ def demo(
         if images is None:
             folder = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="retrain-digits-")))
             written = demo_data.write_digits(folder)
+            mistakes = demo_data.write_mistakes(folder)
             if not json_output:
                 console.print(
-                    f"wrote {len(written.files)} digits images in {len(written.per_label)} label folders"
+                    f"wrote {len(written.files)} digits images in {len(written.per_label)} label folders, "
+                    f"and {len(mistakes)} files a user might upload by mistake"
                 )
             root = folder
         else:
