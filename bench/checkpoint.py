@@ -192,7 +192,7 @@ def render(results: dict[str, dict[str, float]], restart: dict[str, float], args
     rows = [
         f"| {arch} | {r['megabytes']:.0f} | {r['write_s']:.2f} | {r['block_s']:.3f} | {r['load_s']:.2f} | "
         f"{r['step_s']:.2f} | {100 * r['share_sync']:.2f}% | {100 * r['share']:.2f}% | "
-        f"{r['write_s'] / r['block_s']:.0f}x |"
+        f"{r['write_s'] / r['block_s']:.2f} |"
         for arch, r in results.items()
     ]
     return "\n".join(
