@@ -57,7 +57,7 @@ class Overrides(BaseModel):
     spot: bool | None = None
     max_runtime_seconds: int | None = Field(default=None, ge=60, le=28 * 86400)
     max_wait_seconds: int | None = Field(default=None, ge=60, le=28 * 86400)
-    tuning_strategy: Literal["Bayesian", "Random", "Hyperband", "Grid"] | None = None
+    tuning_strategy: Literal["Bayesian", "Random"] | None = None
     final_training: bool | None = None
     data_source: Literal["fsx", "s3"] | None = None
     hyperparameters: dict[str, str | int | float | bool] | None = None
