@@ -13,17 +13,14 @@ import profiler
 def profiled_loop(
     out_dir: Path, *, steps: int, compute_s: float, data_wait_s: float, stall_every: int = 0
 ) -> Path:
-    """Run `steps` steps whose 'loader' sleeps data_wait_s (stall_every: only every n-th step)."""
+    """A real SystemProfiler around `steps` steps whose 'loader' waits data_wait_s (stall_every: only
+    every n-th step). The loop sleeps for real, but records the planted durations: on a shared
+    machine measured ones would carry other processes' noise, and measuring is train.py's part."""
     with profiler.SystemProfiler(out_dir, interval_s=0.05) as prof:
         for step in range(steps):
-            start = time.perf_counter()
-            if data_wait_s and (not stall_every or (step + 1) % stall_every == 0):
-                time.sleep(data_wait_s)
-            waited = time.perf_counter()
-            deadline = waited + compute_s
-            while time.perf_counter() < deadline:
-                pass
-            prof.step(step, waited - start, time.perf_counter() - waited)
+            wait = data_wait_s if data_wait_s and (not stall_every or (step + 1) % stall_every == 0) else 0.0
+            time.sleep(wait + compute_s)
+            prof.step(step, wait, compute_s)
     return out_dir
 
 
