@@ -25,7 +25,7 @@ from typer.core import TyperGroup
 
 from controller import names, runs
 from retrain import demo_data, local
-from retrain.collect import collect, find_run, ledger_rows, runs_table
+from retrain.collect import collect, find_run, runs_table
 from retrain.deployment import Deployment, connect
 from retrain.errors import EmbeddedRuntimeError, NoCredentialsError, RetrainError, RunFailedError, UsageError
 from retrain.follow import follow, plain_line, render, snapshot, wait_for_run
@@ -239,25 +239,37 @@ def demo(
             keys += upload_files(deployment.client("s3"), bucket, dataset, batch)
             if not json_output:
                 console.print(f"upload batch {number}: {len(batch)} files to s3://{bucket}/data/{dataset}/")
-        progress = _ledger_progress(deployment, dataset, set(keys), console)
+        progress = _ledger_progress(deployment, dataset, since, len(keys), console)
         record = wait_for_run(
-            deployment, dataset, since=since, timeout_seconds=timeout * 60, on_wait=progress
+            deployment, dataset, since=since, timeout_seconds=timeout * 60, on_wait=progress, poll_seconds=5
         )
         record = follow(deployment, record, console=console, live=live, timeout_seconds=timeout * 60)
         _finish(deployment, record, json_output=json_output, console=console, upload_keys=set(keys))
 
 
 def _ledger_progress(
-    deployment: Deployment, dataset: str, keys: set[str], console: Console
+    deployment: Deployment, dataset: str, since: str, total: int, console: Console
 ) -> Callable[[], None]:
-    """While the demo waits for its run: how many of its uploads the control plane has recorded so far."""
+    """While the demo waits for its run: how many of its uploads the control plane has recorded so far
+    (a COUNT query, so the wait adds little load to the stack it waits on)."""
     last = -1
+    dynamodb = deployment.client("dynamodb")
+    table = deployment.output(names.STACK_OUTPUTS["ledger_table"])
 
     def show() -> None:
         nonlocal last
-        recorded = sum(1 for row in ledger_rows(deployment, dataset) if row.get(names.LEDGER_SK) in keys)
+        recorded = 0
+        for page in dynamodb.get_paginator("query").paginate(
+            TableName=table,
+            KeyConditionExpression="#pk = :dataset",
+            FilterExpression="recorded_at >= :since",
+            ExpressionAttributeNames={"#pk": names.LEDGER_PK},
+            ExpressionAttributeValues=runs.serialize({":dataset": dataset, ":since": since}),
+            Select="COUNT",
+        ):
+            recorded += int(page.get("Count", 0))
         if recorded != last:
-            console.print(f"waiting for the run: {recorded} of {len(keys)} uploads recorded in the ledger")
+            console.print(f"waiting for the run: {recorded} of {total} uploads recorded in the ledger")
             last = recorded
 
     return show
