@@ -186,8 +186,9 @@ def test_local_down_without_a_running_stack_says_so(tmp_path):
 def test_demo_wait_counts_the_uploads_recorded_since_it_began(stack):
     # GIVEN ledger rows of an earlier demo and two of this one
     dynamodb = boto3.client("dynamodb")
-    for key, at in (("data/d/a/old.jpg", "2026-11-21T10:00:00.0Z"), ("data/d/a/1.jpg", "2026-11-22T05:00:01.5Z"),
-                    ("data/d/b/2.jpg", "2026-11-22T05:00:02.0Z")):  # fmt: skip
+    rows = {"data/d/a/old.jpg": "2026-11-21T10:00:00.0Z", "data/d/a/1.jpg": "2026-11-22T05:00:01.5Z",
+            "data/d/b/2.jpg": "2026-11-22T05:00:02.0Z"}  # fmt: skip
+    for key, at in rows.items():
         item = {"dataset": "d", "key": key, "state": "pending", "recorded_at": at}
         dynamodb.put_item(TableName=stack.output("ledger_table"), Item=runs.serialize(item))
     console = retrain.cli.Console(record=True, width=200)
