@@ -63,7 +63,7 @@ def train_one_epoch(
     epoch = progress.epoch
     total = torch.zeros((), dtype=torch.float64)
     window = torch.zeros((), dtype=torch.float64)
-    steps = images_seen = 0
+    steps = images_seen = window_steps = 0
     started = waited_from = time.perf_counter()
     for batch_images, batch_labels in loader.epoch(epoch, start_batch=progress.next_batch):
         data_wait = time.perf_counter() - waited_from
@@ -80,16 +80,16 @@ def train_one_epoch(
         value = loss.detach().to(torch.float64).cpu()
         total += value
         window += value
+        window_steps += 1
         steps += 1
         images_seen += images.shape[0] * context.world_size
         progress.next_batch += 1
         progress.step += 1
         if progress.step % LOG_EVERY_STEPS == 0:
-            mean = (
-                distributed.all_reduce_sum([float(window) / LOG_EVERY_STEPS], context)[0] / context.world_size
-            )
+            mean = distributed.all_reduce_sum([float(window) / window_steps], context)[0] / context.world_size
             emit(contract.METRIC_TRAIN_LOSS, mean, epoch=epoch, step=progress.step, context=context)
             window.zero_()
+            window_steps = 0
         compute = time.perf_counter() - computed_from
         if after_step is not None:
             after_step(progress, data_wait, compute)
