@@ -271,6 +271,8 @@ class Scheduler:
         self._account, self._region, self._scale = account, region, time_scale
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="scheduler")
+        self._running: set[str] = set()
+        self._running_lock = threading.Lock()
 
     def start(self) -> None:
         if self.rules:
@@ -301,8 +303,24 @@ class Scheduler:
                 LOG.exception("scheduled rule %s -> %s", rule.name, arn)
 
     def _fire_async(self, rule: ScheduledRule) -> None:
-        """EventBridge invokes targets asynchronously: one rule's slow target never delays another rule."""
-        threading.Thread(target=self.fire, args=(rule,), daemon=True, name=f"rule-{rule.name}").start()
+        """EventBridge invokes targets asynchronously: one rule's slow target never delays another rule.
+
+        Unlike EventBridge, a rule whose previous firing still runs is skipped, so a scaled-down rate on a
+        busy machine does not pile up invocations."""
+        with self._running_lock:
+            if rule.name in self._running:
+                LOG.info("rule %s: previous firing still running; this one skipped", rule.name)
+                return
+            self._running.add(rule.name)
+
+        def run() -> None:
+            try:
+                self.fire(rule)
+            finally:
+                with self._running_lock:
+                    self._running.discard(rule.name)
+
+        threading.Thread(target=run, daemon=True, name=f"rule-{rule.name}").start()
 
     def _loop(self) -> None:
         next_at: dict[str, float] = {}

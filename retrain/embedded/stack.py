@@ -67,7 +67,7 @@ class EmbeddedStack:
         spot: Any = None,
         template: Path = REPO_ROOT / "template.yaml",
         stack_name: str = DEFAULT_STACK_NAME,
-        time_scale: float = 0.05,
+        time_scale: float = 0.2,
         port: int = 0,
     ) -> None:
         self.state_dir = Path(state_dir).resolve()

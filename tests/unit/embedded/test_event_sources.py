@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -143,3 +144,32 @@ def test_a_scheduled_rule_invokes_its_lambda_target_with_a_scheduled_event() -> 
     assert name.endswith(":function:dispatch")
     assert event["detail-type"] == "Scheduled Event"
     assert event["resources"] == [rule.arn]
+
+
+def test_a_rule_still_running_is_not_fired_again() -> None:
+    import threading
+
+    release = threading.Event()
+    calls: list[str] = []
+
+    def slow(name: str, event: dict[str, Any]) -> None:
+        calls.append(name)
+        release.wait(5)
+
+    rule = ScheduledRule(
+        "r",
+        "arn:aws:events:us-east-1:123456789012:rule/r",
+        "rate(1 minute)",
+        ({"Id": "t", "Arn": "arn:aws:lambda:us-east-1:123456789012:function:f"},),
+    )
+    scheduler = Scheduler([rule], invoke=slow)
+
+    scheduler._fire_async(rule)
+    while not calls:
+        time.sleep(0.01)
+
+    scheduler._fire_async(rule)
+    release.set()
+    time.sleep(0.2)
+
+    assert calls == ["arn:aws:lambda:us-east-1:123456789012:function:f"]
