@@ -204,6 +204,10 @@ def demo(
     fault: Annotated[
         list[str] | None, typer.Option("--fault", help="Inject a fault (repeatable), e.g. throttle:2.")
     ] = None,
+    limit: Annotated[
+        int | None,
+        typer.Option("--limit", min=10, help="Upload only the first N digits (default: all 1,797)."),
+    ] = None,
     batches: Annotated[int, typer.Option("--batches", min=1, help="Upload batches.")] = DEMO_BATCHES,
     timeout: Annotated[int, typer.Option("--timeout", min=1, help="Minutes to wait.")] = DEMO_TIMEOUT_MINUTES,
     json_output: JsonOption = False,
@@ -211,12 +215,14 @@ def demo(
 ) -> None:
     """Run the whole flow on the embedded stack: upload, ingest, tune on spot, evaluate, gate, register."""
     check_dataset_name(dataset)
+    if images is not None and limit is not None:
+        raise UsageError("--limit applies to the digits; with --images, put fewer images in the folder")
     console = _console(json_output)
     live = console.is_terminal
     with contextlib.ExitStack() as cleanup:
         if images is None:
             folder = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="retrain-digits-")))
-            written = demo_data.write_digits(folder)
+            written = demo_data.write_digits(folder, limit=limit)
             mistakes = demo_data.write_mistakes(folder)
             if not json_output:
                 console.print(

@@ -198,3 +198,12 @@ def test_demo_wait_counts_the_uploads_recorded_since_it_began(stack):
     show()
     # THEN it counts this demo's rows only, and says it once
     assert console.export_text() == "waiting for the run: 2 of 5 uploads recorded in the ledger\n"
+
+
+def test_demo_refuses_limit_with_images_before_starting_anything(tmp_path):
+    result = invoke(
+        "demo", "--images", str(tmp_path), "--limit", "50", "--state-dir", str(tmp_path / "state")
+    )
+    assert result.exit_code == 2
+    assert "--limit applies to the digits" in result.stderr
+    assert not (tmp_path / "state").exists()
