@@ -102,6 +102,8 @@ def gate(event: dict[str, Any], *, config: Config, dynamodb: DynamoDBClient, s3:
     }
     if champion is not None:
         fields["champion"] = champion
+    if model.get("final"):
+        fields["final_training_job"] = str(model["training_job"])
     runs.update_run(run["dataset"], run["run_id"], fields, table_name=config.runs_table, client=dynamodb)
     logger.info("gate decided", extra={"run_id": run["run_id"], **decision})
     return {**decision, "top1": challenger["top1"], "evaluation_uri": challenger["report_uri"]}

@@ -47,6 +47,12 @@ def explain(error: str, cause: str) -> str:
     return f"{error}: {cause[:1000]}"
 
 
+def final_job(state: dict[str, Any]) -> dict[str, str]:
+    """The final training job a failed run reached, for the CLI's job list."""
+    model = state.get("model") or {}
+    return {"final_training_job": str(model["training_job"])} if model.get("final") else {}
+
+
 def record_failure(
     event: dict[str, Any], *, config: Config, dynamodb: DynamoDBClient, now: datetime | None = None
 ) -> dict[str, Any]:
@@ -71,6 +77,7 @@ def record_failure(
                     "finished_at": at,
                     "updated_at": at,
                     "failure": {"error": error, "cause": message},
+                    **final_job(state),
                 },
                 table_name=config.runs_table,
                 client=dynamodb,

@@ -445,6 +445,7 @@ def test_success_imports_tunes_trains_checks_evaluates_registers_and_finalizes(h
     assert "WarmStartConfig" not in tuning
     # AND the final training used the best hyperparameters
     [training] = harness.sagemaker.requests["training"]
+    assert record["final_training_job"] == training["TrainingJobName"]
     assert training["HyperParameters"]["lr"] == "0.05" and training["HyperParameters"]["epochs"] == "2"
     # AND the images are marked trained and the lock is released
     assert _pending(harness) == 0
