@@ -46,7 +46,9 @@ def _outputs(stack: EmbeddedStack) -> dict[str, str]:
 
 def _run_to_the_end(state_dir: Path, images: Path, faults: Faults) -> Iterator[Finished]:
     files = demo_data.write_digits(images, limit=IMAGES).files
-    parameters = {**DEMO_PARAMETERS, "MinNewImages": str(len(files))}
+    # A few hundred images for two epochs train a weak model: the quality bar is the gate's own tests'
+    # subject, here the path through the gate to the registry is.
+    parameters = {**DEMO_PARAMETERS, "MinNewImages": str(len(files)), "MinAccuracy": "0.0"}
     with EmbeddedStack(
         state_dir, parameter_overrides=parameters, faults=faults, spot=SpotSchedule(interruptions=1)
     ) as stack:
@@ -87,7 +89,7 @@ def test_an_upload_alone_runs_the_whole_flow_to_a_registered_model(happy: Finish
 
     assert record["status"] == "SUCCEEDED", record.get("failure")
     assert record["trigger"] in ("upload", "schedule")
-    assert record["import_task"].startswith("task-")
+    assert record["data_source"] == "fsx"
     assert record["gate"]["decision"] == "accepted"
     assert record["model_package_arn"].startswith("arn:aws:sagemaker:")
     assert _lock_holder(happy) is None
