@@ -268,7 +268,7 @@ def report(
             "within one run are the figures to compare).",
             f"Command: `{command}`.",
             f"{args.images} generated JPEGs of 500x375 to 640x480, {NUM_LABELS} labels, image-size "
-            f"{args.image_size}, batch {args.batch_size}, {args.workers} DataLoader workers / DALI threads, "
+            f"{args.image_size}, batch {args.batch_size}, {args.workers} DataLoader workers / DALI threads. "
             f"Each figure: median of {args.rounds} interleaved rounds of {args.steps} timed batches after "
             "1 warm-up batch.",
             "",
