@@ -254,7 +254,12 @@ def collect(
         objective=record.get("best_objective"),
         objective_metric=contract.OBJECTIVE_METRIC,
         checkpoint_evaluations=[
-            CheckpointEvaluation(step=int(p["step"]), top1=float(p["top1"]), top3=p.get("top3"))
+            CheckpointEvaluation(
+                step=int(p["step"]),
+                top1=float(p["top1"]),
+                top3=p.get("top3"),
+                training_job=p.get("training_job", ""),
+            )
             for p in record.get("checkpoint_evaluations", [])
             if p.get("top1") is not None and "step" in p
         ],

@@ -153,7 +153,7 @@ def write_report(facts: RunFacts, out_dir: Path) -> Path:
     lines += ["## Checkpoint evaluations", ""]
     _image(
         lines,
-        charts.checkpoint_curve(facts.checkpoint_evaluations, out_dir / CHECKPOINT_PNG),
+        charts.checkpoint_curve(facts.checkpoint_evaluations, out_dir / CHECKPOINT_PNG, best=facts.best_job),
         "checkpoint evaluations",
         "no checkpoint was evaluated during training",
     )

@@ -86,21 +86,28 @@ def loss_curves(
     return out
 
 
-def checkpoint_curve(points: list[CheckpointEvaluation], out: Path) -> Path | None:
+def checkpoint_curve(points: list[CheckpointEvaluation], out: Path, *, best: str = "") -> Path | None:
+    """Validation accuracy of each training job's checkpoints against step, one line per job."""
     if not points:
         return None
-    ordered = sorted(points, key=lambda p: p.step)
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot([p.step for p in ordered], [p.top1 for p in ordered], marker="o", label="top-1")
-    top3 = [(p.step, p.top3) for p in ordered if p.top3 is not None]
-    if top3:
-        ax.plot([s for s, _ in top3], [v for _, v in top3], marker="s", label="top-3")
+    fig, ax = plt.subplots(figsize=(7, 4))
+    jobs = sorted({p.training_job for p in points})
+    for job in jobs:
+        ordered = sorted((p for p in points if p.training_job == job), key=lambda p: p.step)
+        label = job or "checkpoints"
+        width = 2.5 if job and job == best else 1.0
+        line = ax.plot([p.step for p in ordered], [p.top1 for p in ordered], marker="o", linewidth=width,
+                       label=f"{label} top-1" + (" (best)" if job and job == best else ""))  # fmt: skip
+        top3 = [(p.step, p.top3) for p in ordered if p.top3 is not None]
+        if top3:
+            ax.plot([s for s, _ in top3], [v for _, v in top3], marker="s", linestyle="--", linewidth=width,
+                    color=line[0].get_color(), alpha=0.6, label=f"{label} top-3")  # fmt: skip
     ax.set_xlabel("checkpoint step")
     ax.set_ylabel("validation accuracy")
     ax.set_ylim(0, 1.02)
     ax.set_title("Checkpoints evaluated while training ran")
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out, dpi=DPI)
     plt.close(fig)

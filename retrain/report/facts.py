@@ -45,6 +45,7 @@ class CheckpointEvaluation:
     step: int
     top1: float
     top3: float | None = None
+    training_job: str = ""
 
 
 @dataclass

@@ -53,8 +53,8 @@ def record(status: str = "SUCCEEDED", **extra: Any) -> runs.RunRecord:
         },
         "champion": {"top1": 0.9},
         "checkpoint_evaluations": [
-            {"step": 10, "top1": 0.4, "top3": 0.8, "status": "Completed"},
-            {"step": 20, "top1": 0.8, "top3": 0.95, "status": "Completed"},
+            {"step": 10, "top1": 0.4, "top3": 0.8, "status": "Completed", "training_job": BEST},
+            {"step": 20, "top1": 0.8, "top3": 0.95, "status": "Completed", "training_job": BEST},
             {"step": 30, "status": "InProgress"},
         ],
         "gate": {"decision": "accepted", "reason": "challenger top-1 0.950 >= champion 0.900 + 0.010"},

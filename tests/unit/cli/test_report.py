@@ -72,6 +72,7 @@ def test_collect_reads_uploads_evaluation_and_checkpoint_curve(facts):
     assert facts.evaluation.baseline_top1 == 0.9
     # AND only completed checkpoint evaluations are points of the curve
     assert [(p.step, p.top1) for p in facts.checkpoint_evaluations] == [(10, 0.4), (20, 0.8)]
+    assert {p.training_job for p in facts.checkpoint_evaluations} == {recorded_run.BEST}
 
 
 def test_collect_extracts_the_best_jobs_profile(built):
