@@ -488,6 +488,17 @@ class Wiring:
     state_machines: dict[str, str] = field(default_factory=dict)
     external: dict[str, str] = field(default_factory=dict)
     logical_ids: dict[str, str] = field(default_factory=dict)  # logical id -> type, of what got wired
+    # bucket -> NotificationConfiguration, applied by apply_notifications() once saved data is back
+    bucket_notifications: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def apply_notifications(wiring: Wiring, s3_client: Any) -> None:
+    """Turn on the buckets' event notifications (S3 -> EventBridge/SQS/Lambda).
+
+    Done after restoring saved objects, so a restart does not replay every old upload and checkpoint."""
+    for bucket, config in wiring.bucket_notifications.items():
+        if config:
+            s3_client.put_bucket_notification_configuration(Bucket=bucket, NotificationConfiguration=config)
 
 
 def wire(
@@ -531,7 +542,8 @@ def wire(
         elif kind == "AWS::StepFunctions::StateMachine":
             wiring.state_machines[logical_id] = name
         elif kind == "AWS::S3::Bucket":
-            _apply_bucket_configuration(s3_client, name, props, physical, sqs_client)
+            _apply_bucket_versioning(s3_client, name, props)
+            wiring.bucket_notifications[name] = _notification_configuration(props, physical, sqs_client)
         else:
             continue
         wiring.logical_ids[logical_id] = kind
@@ -612,17 +624,21 @@ def _resolve_arn(value: Any, physical: dict[str, str], sqs_client: Any) -> Any:
     return target
 
 
-def _apply_bucket_configuration(
-    s3_client: Any, bucket: str, props: dict[str, Any], physical: dict[str, str], sqs_client: Any
-) -> None:
+def _apply_bucket_versioning(s3_client: Any, bucket: str, props: dict[str, Any]) -> None:
     versioning = props.get("VersioningConfiguration")
     if versioning:
         s3_client.put_bucket_versioning(
             Bucket=bucket, VersioningConfiguration={"Status": versioning["Status"]}
         )
+
+
+def _notification_configuration(
+    props: dict[str, Any], physical: dict[str, str], sqs_client: Any
+) -> dict[str, Any]:
+    """The bucket's NotificationConfiguration in the S3 API's shape (moto's CloudFormation skips it)."""
     notification = props.get("NotificationConfiguration")
     if not notification:
-        return
+        return {}
     config: dict[str, Any] = {}
     if notification.get("EventBridgeConfiguration", {}).get("EventBridgeEnabled") in (True, "true", "True"):
         config["EventBridgeConfiguration"] = {}
@@ -642,7 +658,7 @@ def _apply_bucket_configuration(
             entries.append(api_entry)
         if entries:
             config[api_key] = entries
-    s3_client.put_bucket_notification_configuration(Bucket=bucket, NotificationConfiguration=config)
+    return config
 
 
 def unwired(translated: dict[str, Any], wiring: Wiring) -> list[str]:

@@ -159,6 +159,8 @@ class EmbeddedStack:
             dynamodb_client=self.client("dynamodb"),
             logs_client=self.client("logs"),
         )
+        assert self.wiring is not None
+        provision.apply_notifications(self.wiring, s3)
         self._start_event_sources()
         job_events.start()
 
