@@ -18,7 +18,7 @@ FIXTURE = Path(__file__).resolve().parent / "stack_fixture" / "template.yaml"
 STACK = "fixture"
 
 
-def _wait_for(probe: Callable[[], Any], timeout: float = 60.0) -> Any:
+def _wait_for(probe: Callable[[], Any], timeout: float = 120.0) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = probe()
