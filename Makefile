@@ -51,7 +51,7 @@ validate: setup package-check
 # The Lambda dependencies must install for the template's runtime and the Lambda platform.
 package-check: setup
 	@if [ -z "$(LAMBDA_PYTHON)" ]; then echo "package-check: no Lambda runtime in template.yaml yet"; \
-	elif command -v python$(LAMBDA_PYTHON) >/dev/null; then $(BIN)/sam build --template template.yaml; \
+	elif python$(LAMBDA_PYTHON) --version >/dev/null 2>&1; then $(BIN)/sam build --template template.yaml; \
 	else rm -rf build/lambda-package && \
 	  $(BIN)/python -m pip install --quiet --disable-pip-version-check --only-binary=:all: \
 	    --python-version $(LAMBDA_PYTHON) --implementation cp --platform manylinux2014_x86_64 \
@@ -67,8 +67,12 @@ test: lint validate pytest
 demo: setup
 	$(BIN)/retrain demo
 
+# Each benchmark measures side by side in one run and appends its table to BENCHMARKS.md.
 bench: setup
-	$(BIN)/python bench/run.py
+	$(BIN)/python bench/lambda_import.py --append BENCHMARKS.md
+	$(BIN)/python bench/checkpoint.py --append BENCHMARKS.md
+	$(BIN)/python bench/debugger_hook.py --append BENCHMARKS.md
+	$(BIN)/python bench/loader.py --append BENCHMARKS.md
 
 image:
 	docker build -t retrain-training:latest training_image

@@ -1,0 +1,117 @@
+"""Lambda cold-import time: each handler module of template.yaml imported in a fresh interpreter.
+
+A Lambda cold start pays the import of its handler module (Powertools, boto3, the X-Ray SDK when
+Tracing is Active) before the first event. Each module is timed in its own new process, rounds
+interleaved, median reported, beside `import boto3` (what every handler pays anyway) measured in the
+same rounds. Target (issue 5): <= 300 ms per handler on a Lambda-sized CPU.
+
+    .venv/bin/python bench/lambda_import.py [--rounds 7] [--append BENCHMARKS.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATE = ROOT / "template.yaml"
+TARGET_MS = 300.0
+BASELINE = "boto3"
+_TIMER = (
+    "import time, importlib; t = time.perf_counter(); importlib.import_module({module!r}); "
+    "print((time.perf_counter() - t) * 1000)"
+)
+
+
+class _Loader(yaml.SafeLoader):
+    """Reads CloudFormation short-form tags (!Ref, !Sub, ...) as plain values."""
+
+
+_Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
+
+
+def handler_modules(template: Path = TEMPLATE) -> list[str]:
+    """The module of every function's Handler in the template, in template order."""
+    document = yaml.load(template.read_text(encoding="utf-8"), Loader=_Loader)
+    modules = []
+    for resource in document["Resources"].values():
+        if resource.get("Type") == "AWS::Serverless::Function":
+            modules.append(resource["Properties"]["Handler"].rsplit(".", 1)[0])
+    return modules
+
+
+def lambda_environment(template: Path = TEMPLATE) -> dict[str, str]:
+    """The literal Globals environment (Powertools settings); tracing stays on as deployed."""
+    document = yaml.load(template.read_text(encoding="utf-8"), Loader=_Loader)
+    variables = document["Globals"]["Function"]["Environment"]["Variables"]
+    env = {key: str(value) for key, value in variables.items() if isinstance(value, str | int)}
+    env.update(
+        PYTHONPATH=str(ROOT / "functions"), PATH=os.environ.get("PATH", ""), AWS_DEFAULT_REGION="us-east-1"
+    )
+    return env
+
+
+def time_import(module: str, env: dict[str, str]) -> float:
+    result = subprocess.run(
+        [sys.executable, "-c", _TIMER.format(module=module)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return float(result.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--append", type=Path, help="append the result to this markdown file")
+    args = parser.parse_args()
+
+    env = lambda_environment()
+    modules = [BASELINE, *dict.fromkeys(handler_modules())]
+    samples: dict[str, list[float]] = {module: [] for module in modules}
+    load_before = os.getloadavg()[0]
+    for _ in range(args.rounds):
+        for module in modules:
+            samples[module].append(time_import(module, env))
+    load_after = os.getloadavg()[0]
+
+    baseline = statistics.median(samples[BASELINE])
+    rows = ["| module | median ms | vs `import boto3` | within 300 ms |", "| --- | ---: | ---: | --- |"]
+    for module in modules:
+        median = statistics.median(samples[module])
+        within = "yes" if median <= TARGET_MS else "no"
+        rows.append(f"| `{module}` | {median:.0f} | {median / baseline:.2f}x | {within} |")
+    command = "`.venv/bin/python bench/lambda_import.py " + " ".join(sys.argv[1:]) + "`"
+    section = "\n".join(
+        [
+            f"## Lambda cold import ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})",
+            "",
+            f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
+            f"1-minute load average {load_before:.1f} before, {load_after:.1f} after. Command: {command}.",
+            f"Each figure: median of {args.rounds} fresh interpreters, modules interleaved per round;",
+            "the template's Globals environment (Powertools settings, tracing on as deployed).",
+            "Target: <= 300 ms per handler.",
+            "",
+            *rows,
+            "",
+        ]
+    )
+    print(section)
+    if args.append:
+        with args.append.open("a", encoding="utf-8") as handle:
+            handle.write("\n" + section)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
