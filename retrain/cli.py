@@ -458,7 +458,8 @@ def report(
         facts = collect(deployment, record, out_dir=out_dir)
         path = write_report(facts, out_dir)
         facts.report = _publish_report(deployment, record, out_dir)
-    typer.echo(json.dumps(summary(facts)) if json_output else f"report: {facts.report} ({path})")
+    where = facts.report if facts.report == str(path) else f"{facts.report} (and {path})"
+    typer.echo(json.dumps(summary(facts)) if json_output else f"report: {where}")
 
 
 @local_app.command("up")
