@@ -30,8 +30,9 @@ FAULT_NAMES: Final = (
     "rule-finds-issues",
     "loader-delay-ms:N",
 )
-# A loader delay long enough that the rule check's step-time rule fires on the demo's tiny model.
-RULE_FINDS_ISSUES_DELAY_MS: Final = 250
+# A loader delay that makes data waits most of every step even when the machine is busy, so the rule
+# check's CPUBottleneck rule (data wait > 50% of step time) fires; `rule-finds-issues:MS` sets another.
+RULE_FINDS_ISSUES_DELAY_MS: Final = 3000
 LOADER_DELAY_HYPERPARAMETER: Final = next(
     h.name for h in contract.HYPERPARAMETERS if h.name == "inject-loader-delay-ms"
 )

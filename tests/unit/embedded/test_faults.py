@@ -6,7 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from retrain.embedded.faults import LOADER_DELAY_HYPERPARAMETER, FaultingSageMaker, Faults, FaultSpecError
+from retrain.embedded.faults import (
+    LOADER_DELAY_HYPERPARAMETER,
+    RULE_FINDS_ISSUES_DELAY_MS,
+    FaultingSageMaker,
+    Faults,
+    FaultSpecError,
+)
 
 
 def test_throttle_fires_the_given_number_of_times_then_stops() -> None:
@@ -68,5 +74,5 @@ def test_rule_fault_sets_the_loader_delay_on_every_tuning_trial() -> None:
     )
 
     static = service.requests[0]["TrainingJobDefinition"]["StaticHyperParameters"]  # type: ignore[index]
-    assert static[LOADER_DELAY_HYPERPARAMETER] == "250"
+    assert static[LOADER_DELAY_HYPERPARAMETER] == str(RULE_FINDS_ISSUES_DELAY_MS)
     assert static["epochs"] == "1"
