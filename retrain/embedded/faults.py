@@ -33,6 +33,7 @@ FAULT_NAMES: Final = (
 # A loader delay that makes data waits most of every step even when the machine is busy, so the rule
 # check's CPUBottleneck rule (data wait > 50% of step time) fires; `rule-finds-issues:MS` sets another.
 RULE_FINDS_ISSUES_DELAY_MS: Final = 3000
+WORKERS_HYPERPARAMETER: Final = next(h.name for h in contract.HYPERPARAMETERS if h.name == "num-workers")
 LOADER_DELAY_HYPERPARAMETER: Final = next(
     h.name for h in contract.HYPERPARAMETERS if h.name == "inject-loader-delay-ms"
 )
@@ -120,7 +121,8 @@ class Faults:
         container really runs slow and the rule check really finds it."""
         if not self.loader_delay_ms:
             return request
-        knob = {LOADER_DELAY_HYPERPARAMETER: str(self.loader_delay_ms)}
+        # In-process loading: with loader workers prefetching, the delay would overlap the compute.
+        knob = {LOADER_DELAY_HYPERPARAMETER: str(self.loader_delay_ms), WORKERS_HYPERPARAMETER: "0"}
         out = dict(request)
         if action == "create_training_job":
             out["HyperParameters"] = {**(request.get("HyperParameters") or {}), **knob}

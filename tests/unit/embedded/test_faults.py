@@ -9,6 +9,7 @@ import pytest
 from retrain.embedded.faults import (
     LOADER_DELAY_HYPERPARAMETER,
     RULE_FINDS_ISSUES_DELAY_MS,
+    WORKERS_HYPERPARAMETER,
     FaultingSageMaker,
     Faults,
     FaultSpecError,
@@ -75,4 +76,5 @@ def test_rule_fault_sets_the_loader_delay_on_every_tuning_trial() -> None:
 
     static = service.requests[0]["TrainingJobDefinition"]["StaticHyperParameters"]  # type: ignore[index]
     assert static[LOADER_DELAY_HYPERPARAMETER] == str(RULE_FINDS_ISSUES_DELAY_MS)
+    assert static[WORKERS_HYPERPARAMETER] == "0"
     assert static["epochs"] == "1"
