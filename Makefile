@@ -26,8 +26,8 @@ setup: $(STAMP)
 
 $(STAMP): $(REQS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt -c constraints.txt
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(BIN)/python -m pip install -qq --disable-pip-version-check -r requirements-dev.txt -c constraints.txt
+	$(BIN)/python -m pip install -qq --disable-pip-version-check --no-deps --no-build-isolation -e .
 	npm ci --no-audit --no-fund --silent
 	rm -f $(VENV)/.stamp-*
 	touch $@
@@ -53,7 +53,7 @@ package-check: setup
 	@if [ -z "$(LAMBDA_PYTHON)" ]; then echo "package-check: no Lambda runtime in template.yaml yet"; \
 	elif python$(LAMBDA_PYTHON) --version >/dev/null 2>&1; then $(BIN)/sam build --template template.yaml; \
 	else rm -rf build/lambda-package && \
-	  $(BIN)/python -m pip install --quiet --disable-pip-version-check --only-binary=:all: \
+	  $(BIN)/python -m pip install -qq --disable-pip-version-check --only-binary=:all: \
 	    --python-version $(LAMBDA_PYTHON) --implementation cp --platform manylinux2014_x86_64 \
 	    -r functions/requirements.txt --target build/lambda-package && \
 	  echo "package-check: functions/requirements.txt installs for python$(LAMBDA_PYTHON) on manylinux2014_x86_64"; fi
