@@ -124,6 +124,7 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
     Hyperparameter("optimizer", str, "sgd", "optimizer", OPTIMIZERS),
     Hyperparameter("image-size", int, 224, "square input size after the random resized crop"),
     Hyperparameter("augment-load", int, 1, "times the flip/rotate augmentations are repeated"),
+    Hyperparameter("crop-scale-min", float, 0.08, "smallest share of the image a random resized crop keeps"),
     Hyperparameter("loader", str, "auto", "data loader; auto picks dali when a GPU is present", LOADERS),
     Hyperparameter("checkpoint-every-steps", int, 50, "steps between checkpoints (0: epoch ends only)"),
     Hyperparameter("keep-checkpoints", int, 3, "newest checkpoints kept"),

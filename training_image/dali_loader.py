@@ -67,9 +67,15 @@ class Augmentation:
     angles: tuple[float, ...]  # degrees, counter-clockwise, one per repetition
 
 
-def draw_augmentation(width: int, height: int, augment_load: int, rng: np.random.Generator) -> Augmentation:
+def draw_augmentation(
+    width: int,
+    height: int,
+    augment_load: int,
+    rng: np.random.Generator,
+    crop_scale_min: float = loaders.CROP_SCALE[0],
+) -> Augmentation:
     """The same generator calls, in the same order, as `loaders.train_transform`."""
-    left, top, right, bottom = loaders.random_resized_crop_box(width, height, rng)
+    left, top, right, bottom = loaders.random_resized_crop_box(width, height, rng, crop_scale_min)
     flips: list[bool] = []
     angles: list[float] = []
     for _ in range(augment_load):
@@ -123,9 +129,13 @@ class DaliLoader:
         rank: int = 0,
         world_size: int = 1,
         delay_ms: int = 0,
+        crop_scale_min: float = loaders.CROP_SCALE[0],
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch-size must be at least 1, got {batch_size}")
+        if not 0.0 < crop_scale_min <= loaders.CROP_SCALE[1]:
+            raise ValueError(f"crop-scale-min must be in (0, {loaders.CROP_SCALE[1]}], got {crop_scale_min}")
+        self.crop_scale_min = crop_scale_min
         if augment_load < 1 and train:
             raise ValueError(f"augment-load must be at least 1, got {augment_load}")
         self.samples = list(samples)
@@ -241,7 +251,7 @@ class DaliLoader:
     ) -> _Item:
         if self.train:
             rng = np.random.Generator(np.random.PCG64(data.sample_seed(self.seed, self._epoch, position)))
-            aug = draw_augmentation(width, height, self.augment_load, rng)
+            aug = draw_augmentation(width, height, self.augment_load, rng, self.crop_scale_min)
             left, top, right, bottom = aug.box
             return _Item(
                 sample,

@@ -52,13 +52,18 @@ def eval_resize_size(image_size: int) -> int:
 
 
 def random_resized_crop_box(
-    width: int, height: int, rng: np.random.Generator
+    width: int, height: int, rng: np.random.Generator, scale_min: float = CROP_SCALE[0]
 ) -> tuple[float, float, float, float]:
-    """torchvision's RandomResizedCrop box: 10 tries at a random area and aspect, else a center crop."""
+    """torchvision's RandomResizedCrop box: 10 tries at a random area and aspect, else a center crop.
+
+    `scale_min` (hyperparameter crop-scale-min) replaces the lower end of CROP_SCALE: ImageNet's 0.08
+    keeps slivers that erase small or low-resolution subjects such as digits."""
+    if not 0.0 < scale_min <= CROP_SCALE[1]:
+        raise ValueError(f"crop-scale-min must be in (0, {CROP_SCALE[1]}], got {scale_min}")
     area = width * height
     log_ratio = (math.log(CROP_RATIO[0]), math.log(CROP_RATIO[1]))
     for _ in range(10):
-        target = area * rng.uniform(*CROP_SCALE)
+        target = area * rng.uniform(scale_min, CROP_SCALE[1])
         aspect = math.exp(rng.uniform(*log_ratio))
         w = round(math.sqrt(target * aspect))
         h = round(math.sqrt(target / aspect))
@@ -85,10 +90,14 @@ def to_tensor(image: Image.Image) -> torch.Tensor:
 
 
 def train_transform(
-    image: Image.Image, image_size: int, augment_load: int, rng: np.random.Generator
+    image: Image.Image,
+    image_size: int,
+    augment_load: int,
+    rng: np.random.Generator,
+    crop_scale_min: float = CROP_SCALE[0],
 ) -> torch.Tensor:
     image = image.convert("RGB")
-    box = random_resized_crop_box(image.width, image.height, rng)
+    box = random_resized_crop_box(image.width, image.height, rng, crop_scale_min)
     image = image.resize((image_size, image_size), Image.Resampling.BILINEAR, box=box)
     for _ in range(augment_load):
         if rng.random() < FLIP_PROBABILITY:
@@ -120,6 +129,7 @@ class _EpochDataset(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
         augment_load: int,
         seed: int,
         epoch: int,
+        crop_scale_min: float = CROP_SCALE[0],
     ) -> None:
         self.items = items
         self.train = train
@@ -127,6 +137,7 @@ class _EpochDataset(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
         self.augment_load = augment_load
         self.seed = seed
         self.epoch = epoch
+        self.crop_scale_min = crop_scale_min
 
     def __len__(self) -> int:
         return len(self.items)
@@ -136,7 +147,7 @@ class _EpochDataset(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
         with Image.open(sample.path) as image:
             if self.train:
                 rng = np.random.Generator(np.random.PCG64(data.sample_seed(self.seed, self.epoch, position)))
-                tensor = train_transform(image, self.image_size, self.augment_load, rng)
+                tensor = train_transform(image, self.image_size, self.augment_load, rng, self.crop_scale_min)
             else:
                 tensor = eval_transform(image, self.image_size)
         return tensor, sample.label
@@ -161,9 +172,13 @@ class TorchLoader:
         rank: int = 0,
         world_size: int = 1,
         delay_ms: int = 0,
+        crop_scale_min: float = CROP_SCALE[0],
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch-size must be at least 1, got {batch_size}")
+        if not 0.0 < crop_scale_min <= CROP_SCALE[1]:
+            raise ValueError(f"crop-scale-min must be in (0, {CROP_SCALE[1]}], got {crop_scale_min}")
+        self.crop_scale_min = crop_scale_min
         self.samples = list(samples)
         self.train = train
         self.batch_size = batch_size
@@ -203,6 +218,7 @@ class TorchLoader:
             augment_load=self.augment_load,
             seed=self.seed,
             epoch=epoch,
+            crop_scale_min=self.crop_scale_min,
         )
         sampler = _BatchSampler([len(b) for b in batches])
         loader = torch.utils.data.DataLoader(
@@ -287,6 +303,7 @@ def build_loader(
     rank: int = 0,
     world_size: int = 1,
     delay_ms: int = 0,
+    crop_scale_min: float = CROP_SCALE[0],
 ) -> Loader:
     """A loader of `kind` (torch | dali | auto). `batch_size` is the GLOBAL batch; each rank yields
     its slice of every global batch (see data.rank_batches). A DALI loader is built as
@@ -302,6 +319,7 @@ def build_loader(
         "rank": rank,
         "world_size": world_size,
         "delay_ms": delay_ms,
+        "crop_scale_min": crop_scale_min,
     }
     resolved = resolve_kind(kind, device)
     if resolved == "torch":

@@ -59,6 +59,8 @@ def validate_args(args: argparse.Namespace) -> None:
         value = getattr(args, name.replace("-", "_"))
         if value < 0:
             raise ValueError(f"hyperparameter {name} must not be negative, got {value}")
+    if not 0.0 < args.crop_scale_min <= 1.0:
+        raise ValueError(f"hyperparameter crop-scale-min must be in (0, 1], got {args.crop_scale_min}")
 
 
 def configure_determinism(seed: int, device: torch.device) -> None:
@@ -247,7 +249,12 @@ def _train(
         "world_size": context.world_size,
     }
     train_loader = loaders.build_loader(
-        kind, dataset.train, train=True, delay_ms=args.inject_loader_delay_ms, **common
+        kind,
+        dataset.train,
+        train=True,
+        delay_ms=args.inject_loader_delay_ms,
+        crop_scale_min=args.crop_scale_min,
+        **common,
     )
     val_loader = loaders.build_loader(kind, dataset.validation, train=False, **common)
     loss_fn = nn.CrossEntropyLoss()

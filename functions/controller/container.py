@@ -32,13 +32,14 @@ HP_EPOCHS: Final = "epochs"
 HP_IMAGE_SIZE: Final = "image-size"
 HP_BATCH_SIZE: Final = "batch-size"
 HP_CHECKPOINT_EVERY: Final = "checkpoint-every-steps"
+HP_CROP_SCALE_MIN: Final = "crop-scale-min"
 HP_LR: Final = "lr"
 HP_WEIGHT_DECAY: Final = "weight-decay"
 HP_OPTIMIZER: Final = "optimizer"
 TUNED_HYPERPARAMETERS: Final = (HP_LR, HP_WEIGHT_DECAY, HP_OPTIMIZER)
 HYPERPARAMETER_NAMES: Final = (
     "model", "pretrained", "epochs", "batch-size", "lr", "momentum", "weight-decay", "optimizer",
-    "image-size", "augment-load", "loader", "checkpoint-every-steps", "keep-checkpoints", "seed",
+    "image-size", "augment-load", "crop-scale-min", "loader", "checkpoint-every-steps", "keep-checkpoints", "seed",
     "num-workers", "freeze-backbone-epochs", "amp", "val-fraction", "debug-hook", "debug-interval",
     "profile-interval-ms", "inject-loader-delay-ms",
 )  # fmt: skip

@@ -275,6 +275,7 @@ def prepare(
         container.HP_IMAGE_SIZE: str(settings.get("image_size", 224)),
         container.HP_BATCH_SIZE: str(settings.get("batch_size", 32)),
         container.HP_CHECKPOINT_EVERY: str(settings.get("checkpoint_every_steps", 50)),
+        container.HP_CROP_SCALE_MIN: str(settings.get("crop_scale_min", 0.08)),
     }
     fixed = request.overrides.hyperparameters
     hyperparameters = {**static, **{k: _hp(v) for k, v in (fixed or {}).items()}}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -323,3 +324,14 @@ def test_a_stopped_execution_that_never_held_the_lock_leaves_it_alone(aws, confi
         datasets.get("flowers", table_name=aws.datasets_table, client=aws.dynamodb)["active_run"]
         == "flowers-00001"
     )
+
+
+def test_prepare_passes_the_stack_training_settings_as_static_hyperparameters(aws, config, events_dir):
+    # GIVEN a stack whose settings raise the crop floor and shorten training
+    _upload(aws, config, events_dir, "data/flowers/daisy/a.jpg", "data/flowers/tulip/b.png")
+    tuned = dataclasses.replace(config, settings={**config.settings, "crop_scale_min": 0.5, "epochs": 3})
+    # WHEN a run is prepared
+    run = _prepare(aws, tuned, {"dataset": "flowers"})
+    # THEN every job gets them under the container's hyperparameter names
+    assert run["hyperparameters"]["crop-scale-min"] == "0.5"
+    assert run["hyperparameters"]["epochs"] == "3"

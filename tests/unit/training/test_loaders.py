@@ -144,3 +144,29 @@ def test_unknown_loader_kind_is_refused(samples: list[data.Sample]) -> None:
             num_workers=0,
             device=CPU,
         )
+
+
+def test_crop_scale_min_raises_the_smallest_crop_kept() -> None:
+    # GIVEN a crop-scale-min of 0.5 WHEN many boxes are drawn THEN none keeps less than about half the
+    # image (rounding to whole pixels aside), while ImageNet's default 0.08 does keep slivers
+    rng = np.random.default_rng(1)
+    areas = []
+    for _ in range(300):
+        left, top, right, bottom = loaders.random_resized_crop_box(64, 64, rng, 0.5)
+        areas.append((right - left) * (bottom - top) / (64 * 64))
+    default_rng = np.random.default_rng(1)
+    default_areas = []
+    for _ in range(300):
+        left, top, right, bottom = loaders.random_resized_crop_box(64, 64, default_rng)
+        default_areas.append((right - left) * (bottom - top) / (64 * 64))
+    assert min(areas) >= 0.45
+    assert min(default_areas) < 0.2
+
+
+@pytest.mark.parametrize("scale_min", [0.0, -0.1, 1.5])
+def test_crop_scale_min_outside_the_unit_interval_is_refused(
+    samples: list[data.Sample], scale_min: float
+) -> None:
+    # GIVEN an impossible crop-scale-min WHEN a loader is built THEN the error names the hyperparameter
+    with pytest.raises(ValueError, match="crop-scale-min"):
+        build(samples, crop_scale_min=scale_min)
