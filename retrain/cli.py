@@ -42,12 +42,17 @@ DEMO_TIMEOUT_MINUTES = 60
 # Template parameters the demo (and `retrain local up`) override so a run finishes in minutes on 2 CPU
 # cores: three short spot trials at 32 pixels, the best trial shipped without a final retraining, a short
 # quiet period before the run starts, and the price of a CPU instance, which is what really runs here.
+# Digits are small subjects: a crop floor of half the image and a learning-rate range for SGD from
+# scratch (3 epochs at lr 0.05: val-accuracy 0.75 with the floor at 0.5, 0.44 at ImageNet's 0.08).
 # The demo also sets MinNewImages to the number of images it uploads, so the automatic run starts with
 # all of them however far the emulated ingest lags behind the uploads (MaxWaitSeconds is the fallback).
 DEMO_PARAMETERS = {
     "TrainingInstanceType": "ml.m5.xlarge",
-    "Epochs": "2",
+    "Epochs": "3",
     "ImageSize": "32",
+    "CropScaleMin": "0.5",
+    "LearningRateMin": "0.01",
+    "LearningRateMax": "0.2",
     "BatchSize": "32",
     "CheckpointEverySteps": "20",
     "FinalTraining": "false",
