@@ -36,7 +36,6 @@ class Finished:
     stack: EmbeddedStack
     outputs: dict[str, str]
     record: runs.RunRecord
-    seconds: float
 
 
 def _outputs(stack: EmbeddedStack) -> dict[str, str]:
@@ -67,7 +66,7 @@ def _run_to_the_end(state_dir: Path, images: Path, faults: Faults) -> Iterator[F
                 break
             time.sleep(2)
         assert record is not None, f"no finished run after {RUN_TIMEOUT_SECONDS} s"
-        yield Finished(stack, outputs, record, time.monotonic() - started)
+        yield Finished(stack, outputs, record)
 
 
 def _lock_holder(finished: Finished) -> Any:
@@ -148,10 +147,6 @@ def test_the_run_record_holds_every_field(happy: Finished) -> None:
     assert {r["status"] for r in record["rule_results"]} <= {"NoIssuesFound", "IssuesFound", "Error"}
     assert record["challenger"]["top1"] > 0
     assert any(point.get("status") == "Completed" for point in record["checkpoint_evaluations"])
-
-
-def test_the_happy_path_takes_under_ten_minutes(happy: Finished) -> None:
-    assert happy.seconds < 600
 
 
 @pytest.mark.parametrize(
