@@ -39,7 +39,7 @@ HP_OPTIMIZER: Final = "optimizer"
 TUNED_HYPERPARAMETERS: Final = (HP_LR, HP_WEIGHT_DECAY, HP_OPTIMIZER)
 HYPERPARAMETER_NAMES: Final = (
     "model", "pretrained", "epochs", "batch-size", "lr", "momentum", "weight-decay", "optimizer",
-    "image-size", "augment-load", "crop-scale-min", "loader", "checkpoint-every-steps", "keep-checkpoints", "seed",
-    "num-workers", "freeze-backbone-epochs", "amp", "val-fraction", "debug-hook", "debug-interval",
+    "image-size", "augment-load", "crop-scale-min", "loader", "checkpoint-every-steps", "keep-checkpoints",
+    "seed", "num-workers", "freeze-backbone-epochs", "amp", "val-fraction", "debug-hook", "debug-interval",
     "profile-interval-ms", "inject-loader-delay-ms",
 )  # fmt: skip

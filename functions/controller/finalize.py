@@ -82,6 +82,9 @@ def finalize(
         "updated_at": at,
         **time_totals(run, record, sagemaker=sagemaker),
     }
+    import_task = str((event.get("import") or {}).get("task_id") or "")
+    if import_task:
+        fields["import_task"] = import_task
     runs.update_run(dataset, run_id, fields, table_name=config.runs_table, client=dynamodb)
     updates: dict[str, Any] = {"last_run": run_id, "last_run_status": fields["status"]}
     if accepted:

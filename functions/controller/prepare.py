@@ -350,7 +350,8 @@ def prepare(
         client=dynamodb,
     )
     logger.info("run prepared", extra={"dataset": dataset, "run_id": run_id, "images": summary["size"]})
-    return {"run": run}
+    # `import` exists from the start, so later states can read it whether or not FSx imported anything.
+    return {"run": run, "import": {"task_id": "", "polls": 0}}
 
 
 def import_paths(data_prefix: str, new_labels: list[str]) -> list[str]:

@@ -430,6 +430,7 @@ def test_success_imports_tunes_trains_checks_evaluates_registers_and_finalizes(h
     assert task["Type"] == "IMPORT_METADATA_FROM_REPOSITORY"
     assert task["Paths"] == ["s3://retrain-data/data/flowers/daisy/", "s3://retrain-data/data/flowers/tulip/"]
     assert task["ClientRequestToken"] == "flowers-00001" and task["Report"]["Enabled"] is True
+    assert record["import_task"] == "task-0123456789abcdef0"
     # AND tuning was Bayesian with early stopping, spot, checkpoints, FSx input, isolation, no warm start
     [tuning] = harness.sagemaker.requests["tuning"]
     config = tuning["HyperParameterTuningJobConfig"]
