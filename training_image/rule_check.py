@@ -9,6 +9,7 @@ bottleneck report. Issues found are a result: exit 0. Exit 1 only when no rule c
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import logging
 import sys
@@ -40,6 +41,13 @@ def get_args_parser(paths: contract.Paths | None = None) -> argparse.ArgumentPar
         "--rule-parameters",
         default="{}",
         help='JSON {"RuleName": {"parameter": value}}, like RuleParameters of the managed rules',
+    )
+    parser.add_argument(
+        "--system-rule-patience",
+        type=int,
+        default=None,
+        help="data points the system rules wait for before concluding (managed default 1000); "
+        "a patience in --rule-parameters wins",
     )
     parser.add_argument("--no-report", action="store_true", help="skip the bottleneck report")
     return parser
@@ -83,9 +91,22 @@ def parse_parameters(text: str) -> dict[str, dict[str, Any]]:
     return value
 
 
+def with_patience(parameters: dict[str, dict[str, Any]], patience: int | None) -> dict[str, dict[str, Any]]:
+    """`parameters` with `patience` set for every system rule that has one and was not given one."""
+    if patience is None:
+        return parameters
+    if patience < 1:
+        raise ValueError(f"--system-rule-patience must be at least 1, got {patience}")
+    merged = {name: dict(values) for name, values in parameters.items()}
+    for name, rule in rules.SYSTEM_RULES.items():
+        if "patience" in inspect.signature(rule).parameters:
+            merged.setdefault(name, {}).setdefault("patience", patience)
+    return merged
+
+
 def check(args: argparse.Namespace) -> list[rules.RuleResult]:
     names = tuple(n.strip() for n in args.rules.split(",") if n.strip())
-    parameters = parse_parameters(args.rule_parameters)
+    parameters = with_patience(parse_parameters(args.rule_parameters), args.system_rule_patience)
     with tempfile.TemporaryDirectory(prefix="rule-check-") as scratch:
         tensors_dir, profile_dir = locate(args.input_dir, Path(scratch))
         log.info("tensors: %s, profile: %s", tensors_dir, profile_dir)

@@ -33,6 +33,10 @@ FAULT_NAMES: Final = (
 # A loader delay that makes data waits most of every step even when the machine is busy, so the rule
 # check's CPUBottleneck rule (data wait > 50% of step time) fires; `rule-finds-issues:MS` sets another.
 RULE_FINDS_ISSUES_DELAY_MS: Final = 3000
+# The system rules wait for 1,000 data points, as the managed ones do; a short emulated run has ~100
+# steps, so a run with a planted loader delay lowers the stack's SystemRulePatience to let them conclude.
+RULE_FINDS_ISSUES_PATIENCE: Final = 5
+PATIENCE_PARAMETER: Final = "SystemRulePatience"
 WORKERS_HYPERPARAMETER: Final = next(h.name for h in contract.HYPERPARAMETERS if h.name == "num-workers")
 LOADER_DELAY_HYPERPARAMETER: Final = next(
     h.name for h in contract.HYPERPARAMETERS if h.name == "inject-loader-delay-ms"
@@ -94,6 +98,10 @@ class Faults:
     @classmethod
     def load(cls, path: Path) -> Faults:
         return cls.from_dict(json.loads(path.read_text(encoding="utf-8"))) if path.exists() else cls()
+
+    def parameter_overrides(self) -> dict[str, str]:
+        """Stack parameters a fault needs to be observable in a short run."""
+        return {PATIENCE_PARAMETER: str(RULE_FINDS_ISSUES_PATIENCE)} if self.loader_delay_ms > 0 else {}
 
     def _fire(self, key: str, limit: int) -> bool:
         with self._lock:

@@ -261,6 +261,7 @@ class EmbeddedStack:
                 if "Default" not in v and k not in values
             }
         )
+        values.update(self.faults.parameter_overrides())
         values.update({k: str(v) for k, v in self.parameter_overrides.items()})
         return values
 

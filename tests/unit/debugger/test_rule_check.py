@@ -4,6 +4,7 @@ import json
 import tarfile
 from pathlib import Path
 
+import pytest
 import rule_check
 
 import contract
@@ -90,3 +91,21 @@ def test_defaults_are_under_the_processing_directory(tmp_path: Path) -> None:
     args = rule_check.get_args_parser(paths).parse_args([])
     assert args.input_dir == tmp_path / "processing" / "input"
     assert args.output_dir == tmp_path / "processing" / "output"
+
+
+def test_system_rule_patience_applies_to_every_system_rule_that_waits_unless_given_per_rule() -> None:
+    # GIVEN a per-rule patience for CPUBottleneck and a stack-wide system-rule patience
+    given = {"CPUBottleneck": {"patience": 7}, "Overfit": {"start_step": 3}}
+    # WHEN they are merged
+    merged = rule_check.with_patience(given, 5)
+    # THEN the per-rule value wins, the other waiting system rules get 5, tensor rules keep theirs
+    assert merged["CPUBottleneck"]["patience"] == 7
+    assert merged["IOBottleneck"]["patience"] == 5
+    assert merged["LowGPUUtilization"]["patience"] == 5
+    assert merged["Overfit"] == {"start_step": 3}
+    assert rule_check.with_patience(given, None) is given
+
+
+def test_a_system_rule_patience_below_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="--system-rule-patience"):
+        rule_check.with_patience({}, 0)

@@ -78,3 +78,12 @@ def test_rule_fault_sets_the_loader_delay_on_every_tuning_trial() -> None:
     assert static[LOADER_DELAY_HYPERPARAMETER] == str(RULE_FINDS_ISSUES_DELAY_MS)
     assert static[WORKERS_HYPERPARAMETER] == "0"
     assert static["epochs"] == "1"
+
+
+def test_rule_finds_issues_lowers_the_system_rule_patience_so_a_short_run_can_conclude() -> None:
+    # GIVEN the rule fault, and no fault WHEN the stack asks for parameter overrides
+    # THEN only the fault lowers SystemRulePatience, a parameter template.yaml declares
+    overrides = Faults.parse(["rule-finds-issues"]).parameter_overrides()
+    assert overrides == {"SystemRulePatience": "5"}
+    assert Faults().parameter_overrides() == {}
+    assert "SystemRulePatience:" in (Path(__file__).resolve().parents[3] / "template.yaml").read_text()
