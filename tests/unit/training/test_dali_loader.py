@@ -36,6 +36,12 @@ def write_images(root: Path, count: int, *, seed: int = 0) -> list[data.Sample]:
     return samples
 
 
+def in_process(settings: dict[str, Any]) -> dict[str, Any]:
+    """The torch loader's settings without worker processes: a DataLoader worker forked from a process
+    that holds DALI pipelines can deadlock in DALI's pipeline shutdown (seen: a hung test run)."""
+    return {**settings, "num_workers": 0}
+
+
 def options(**overrides: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
         "train": True,
@@ -79,7 +85,7 @@ def test_batches_after_a_resume_equal_the_uninterrupted_epoch(samples: list[data
 def test_train_batches_follow_the_torch_loader_order(samples: list[data.Sample]) -> None:
     # GIVEN both loaders with the same seed
     dali = dali_loader.DaliLoader(samples, **options())
-    torch_loader = loaders.TorchLoader(samples, **options())
+    torch_loader = loaders.TorchLoader(samples, **in_process(options()))
     # WHEN each yields epoch 2
     dali_labels = [labels.tolist() for _, labels in dali.epoch(2)]
     torch_labels = [labels.tolist() for _, labels in torch_loader.epoch(2)]
@@ -95,7 +101,7 @@ def test_train_images_get_the_torch_loaders_crop_flips_and_rotations(
     # GIVEN both loaders with the same seed and augment-load
     settings = options(augment_load=augment_load)
     dali_images = torch.cat([i for i, _ in dali_loader.DaliLoader(samples, **settings).epoch(1)])
-    torch_images = torch.cat([i for i, _ in loaders.TorchLoader(samples, **settings).epoch(1)])
+    torch_images = torch.cat([i for i, _ in loaders.TorchLoader(samples, **in_process(settings)).epoch(1)])
     # WHEN their pixels are compared away from the borders (where rotations fill differently)
     inner = (dali_images - torch_images).abs()[..., 6:-6, 6:-6]
     # THEN they agree up to resampling differences (a different crop, flip or angle differs by ~1)
@@ -108,7 +114,7 @@ def test_eval_batches_match_the_torch_loaders_resize_and_center_crop(samples: li
     # GIVEN evaluation loaders (no augmentation, samples in data order, last batch kept)
     settings = options(train=False)
     dali = list(dali_loader.DaliLoader(samples, **settings).epoch(0))
-    reference = list(loaders.TorchLoader(samples, **settings).epoch(0))
+    reference = list(loaders.TorchLoader(samples, **in_process(settings)).epoch(0))
     # WHEN compared batch by batch
     # THEN labels are equal and pixels agree within resampling rounding
     assert [len(labels) for _, labels in dali] == [4, 4, 4, 2]
