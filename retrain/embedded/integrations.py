@@ -412,6 +412,10 @@ def _patched_send_to_targets(original: Callable[..., None]) -> Callable[..., Non
     S3 -> EventBridge both go through it). Lambda targets are invoked asynchronously, as EventBridge does."""
 
     def send_to_targets(rule: Any, original_event: Any, transform_input: bool = True) -> None:
+        if not rule.event_pattern.get_pattern():
+            # A rule without an event pattern is a schedule: EventBridge never hands it bus events
+            # (moto's empty pattern matches every event). The embedded scheduler fires it.
+            return
         lambda_targets = [t for t in rule.targets if ":lambda:" in str(t.get("Arn", ""))]
         if lambda_targets and _ACTIVE.lambda_invoker is not None:
             if rule.event_pattern.matches_event(original_event):

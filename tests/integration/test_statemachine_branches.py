@@ -372,6 +372,7 @@ def harness() -> Iterator[Harness]:
             "SageMakerRoleArn": config.sagemaker_role_arn,
             "NotificationTopicArn": aws.topic_arn,
             "DebuggerRuleImage": f"{RULE_ACCOUNT}.dkr.ecr.us-east-1.amazonaws.com/sagemaker-debugger-rules",
+            "SystemRulePatience": "1000",
         }
         for function in FUNCTIONS:
             arn = lam.create_function(

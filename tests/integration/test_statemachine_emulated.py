@@ -101,6 +101,7 @@ def emulated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harnes
             "SageMakerRoleArn": config.sagemaker_role_arn,
             "NotificationTopicArn": aws.topic_arn,
             "DebuggerRuleImage": "unused",
+            "SystemRulePatience": "1000",
         }
         for function in FUNCTIONS:
             substitutions[f"{function}Arn"] = lam.create_function(

@@ -350,3 +350,24 @@ def test_an_eventbridge_rule_with_a_lambda_target_invokes_it_with_the_event(sfn:
     assert [name for name, _ in calls] == [function]
     assert calls[0][1]["detail"] == {"n": 1}
     assert calls[0][1]["detail-type"] == "Done"
+
+
+def test_a_schedule_rule_receives_no_bus_events(sfn: Any, function: str) -> None:
+    # GIVEN a schedule-only rule and a pattern rule, both targeting the function
+    events = boto3.client("events", region_name="us-east-1")
+    events.put_rule(Name="every-minute", ScheduleExpression="rate(1 minute)")
+    events.put_rule(Name="done", EventPattern=json.dumps({"source": ["aws.sagemaker"]}))
+    for rule in ("every-minute", "done"):
+        events.put_targets(
+            Rule=rule,
+            Targets=[{"Id": "fn", "Arn": f"arn:aws:lambda:us-east-1:123456789012:function:{function}"}],
+        )
+    calls: list[tuple[str, Any]] = []
+
+    # WHEN an event goes on the bus
+    with installed(lambda_invoker=lambda name, payload: calls.append((name, payload))):
+        events.put_events(Entries=[{"Source": "aws.sagemaker", "DetailType": "Done", "Detail": "{}"}])
+        time.sleep(1.0)
+
+    # THEN only the pattern rule delivers it (moto's empty pattern would match every event)
+    assert len(calls) == 1
