@@ -133,9 +133,7 @@ class DaliLoader:
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch-size must be at least 1, got {batch_size}")
-        if not 0.0 < crop_scale_min <= loaders.CROP_SCALE[1]:
-            raise ValueError(f"crop-scale-min must be in (0, {loaders.CROP_SCALE[1]}], got {crop_scale_min}")
-        self.crop_scale_min = crop_scale_min
+        self.crop_scale_min = loaders.check_crop_scale_min(crop_scale_min)
         if augment_load < 1 and train:
             raise ValueError(f"augment-load must be at least 1, got {augment_load}")
         self.samples = list(samples)

@@ -51,6 +51,13 @@ def eval_resize_size(image_size: int) -> int:
     return round(image_size * EVAL_RESIZE_RATIO)
 
 
+def check_crop_scale_min(value: float) -> float:
+    """The crop-scale-min hyperparameter, refused outside (0, CROP_SCALE[1]] with its name."""
+    if not 0.0 < value <= CROP_SCALE[1]:
+        raise ValueError(f"hyperparameter crop-scale-min must be in (0, {CROP_SCALE[1]}], got {value}")
+    return value
+
+
 def random_resized_crop_box(
     width: int, height: int, rng: np.random.Generator, scale_min: float = CROP_SCALE[0]
 ) -> tuple[float, float, float, float]:
@@ -58,8 +65,7 @@ def random_resized_crop_box(
 
     `scale_min` (hyperparameter crop-scale-min) replaces the lower end of CROP_SCALE: ImageNet's 0.08
     keeps slivers that erase small or low-resolution subjects such as digits."""
-    if not 0.0 < scale_min <= CROP_SCALE[1]:
-        raise ValueError(f"crop-scale-min must be in (0, {CROP_SCALE[1]}], got {scale_min}")
+    check_crop_scale_min(scale_min)
     area = width * height
     log_ratio = (math.log(CROP_RATIO[0]), math.log(CROP_RATIO[1]))
     for _ in range(10):
@@ -176,9 +182,7 @@ class TorchLoader:
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch-size must be at least 1, got {batch_size}")
-        if not 0.0 < crop_scale_min <= CROP_SCALE[1]:
-            raise ValueError(f"crop-scale-min must be in (0, {CROP_SCALE[1]}], got {crop_scale_min}")
-        self.crop_scale_min = crop_scale_min
+        self.crop_scale_min = check_crop_scale_min(crop_scale_min)
         self.samples = list(samples)
         self.train = train
         self.batch_size = batch_size

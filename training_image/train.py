@@ -59,8 +59,7 @@ def validate_args(args: argparse.Namespace) -> None:
         value = getattr(args, name.replace("-", "_"))
         if value < 0:
             raise ValueError(f"hyperparameter {name} must not be negative, got {value}")
-    if not 0.0 < args.crop_scale_min <= 1.0:
-        raise ValueError(f"hyperparameter crop-scale-min must be in (0, 1], got {args.crop_scale_min}")
+    loaders.check_crop_scale_min(args.crop_scale_min)
 
 
 def configure_determinism(seed: int, device: torch.device) -> None:
