@@ -366,37 +366,50 @@ class EmbeddedStack:
         self._scheduler.start()
 
     def stop(self, *, save: bool = True) -> None:
-        """Stop everything; with ``save`` the stack's data goes to the state directory first."""
+        """Stop everything; with ``save`` the stack's data goes to the state directory first.
+
+        Every step runs even when an earlier one fails, so the process-wide patches and the server are
+        always released (a later stack in this process must be able to start); the first error is raised.
+        """
         began = time.monotonic()
         LOG.info("stopping the embedded stack %s", self.stack_name)
-        for poller in self._pollers:
-            poller.stop()
-        self._pollers.clear()
-        if self._scheduler is not None:
-            self._scheduler.stop()
-        if self.sagemaker is not None:
-            self.sagemaker.close()
-        if self.job_events is not None:
-            self.job_events.stop()
-        if self.fsx is not None:
-            self.fsx.wait()
-        if save and self.wiring is not None:
-            try:
-                self._save()
-            except Exception:
-                LOG.exception("saving the embedded stack's data to %s failed", self.state_dir)
-        if self.runtime is not None:
-            self.runtime.close()
-        self._exit.close()
-        if self._server is not None:
-            # moto's backends are process-wide: empty them, so a later stack in this process starts from
-            # the saved state alone, as a new process would.
-            with contextlib.suppress(OSError):
-                request = urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", method="POST")
-                urllib.request.urlopen(request, timeout=30).close()
-            self._server.stop()
-            self._server = None
+        with contextlib.ExitStack() as steps:
+            # ExitStack runs these last-pushed-first: server, patches, runtime, save, then the workers.
+            steps.callback(self._stop_server)
+            steps.callback(self._exit.close)
+            if self.runtime is not None:
+                steps.callback(self.runtime.close)
+            if save and self.wiring is not None:
+                steps.callback(self._save_logged)
+            if self.fsx is not None:
+                steps.callback(self.fsx.wait)
+            if self.job_events is not None:
+                steps.callback(self.job_events.stop)
+            if self.sagemaker is not None:
+                steps.callback(self.sagemaker.close)
+            if self._scheduler is not None:
+                steps.callback(self._scheduler.stop)
+            for poller in self._pollers:
+                steps.callback(poller.stop)
+            self._pollers.clear()
         LOG.info("embedded stack %s stopped in %.1f s", self.stack_name, time.monotonic() - began)
+
+    def _save_logged(self) -> None:
+        try:
+            self._save()
+        except Exception:
+            LOG.exception("saving the embedded stack's data to %s failed", self.state_dir)
+
+    def _stop_server(self) -> None:
+        if self._server is None:
+            return
+        # moto's backends are process-wide: empty them, so a later stack in this process starts from
+        # the saved state alone, as a new process would.
+        with contextlib.suppress(OSError):
+            request = urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", method="POST")
+            urllib.request.urlopen(request, timeout=30).close()
+        self._server.stop()
+        self._server = None
 
     def _save(self) -> None:
         assert self.wiring is not None

@@ -3,84 +3,27 @@
 The project's own template.yaml, state machine, Lambda handlers and training_image/ run on the embedded
 stack: ingest -> dispatch -> FSx import -> tuning (3 trials, 2 in parallel, each interrupted once on
 spot and resumed from its checkpoint) -> rule check -> evaluation (also of checkpoints) -> gate ->
-registry -> notification. Each injected fault must end the run in the state the state machine defines,
-with the data set's run lock released.
+registry -> notification. The injected faults are test_e2e_faults.py's subject.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import pytest
 
-from controller import names, runs
-from retrain import demo_data
-from retrain.cli import DEMO_PARAMETERS
 from retrain.embedded.faults import Faults
-from retrain.embedded.sagemaker import SpotSchedule
-from retrain.embedded.stack import EmbeddedStack
+from tests.integration.embedded.flow import IMAGES, Finished, lock_holder, run_to_the_end
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-DATASET = "digits"
-IMAGES = 200
-RUN_TIMEOUT_SECONDS = 1200
-
-
-@dataclass
-class Finished:
-    stack: EmbeddedStack
-    outputs: dict[str, str]
-    record: runs.RunRecord
-
-
-def _outputs(stack: EmbeddedStack) -> dict[str, str]:
-    described = stack.client("cloudformation").describe_stacks(StackName=stack.stack_name)["Stacks"][0]
-    return {o["OutputKey"]: o["OutputValue"] for o in described["Outputs"]}
-
-
-def _run_to_the_end(state_dir: Path, images: Path, faults: Faults) -> Iterator[Finished]:
-    files = demo_data.write_digits(images, limit=IMAGES).files
-    # A few hundred images for two epochs train a weak model: the quality bar is the gate's own tests'
-    # subject, here the path through the gate to the registry is.
-    parameters = {**DEMO_PARAMETERS, "MinNewImages": str(len(files)), "MinAccuracy": "0.0"}
-    with EmbeddedStack(
-        state_dir, parameter_overrides=parameters, faults=faults, spot=SpotSchedule(interruptions=1)
-    ) as stack:
-        outputs = _outputs(stack)
-        s3, dynamodb = stack.client("s3"), stack.client("dynamodb")
-        started = time.monotonic()
-        for path in files:  # the only call: the rest is the stack's own event path
-            key = names.upload_key(DATASET, path.parent.name, path.name)
-            s3.put_object(Bucket=outputs[names.STACK_OUTPUTS["data_bucket"]], Key=key, Body=path.read_bytes())
-        table = outputs[names.STACK_OUTPUTS["runs_table"]]
-        record: runs.RunRecord | None = None
-        while time.monotonic() - started < RUN_TIMEOUT_SECONDS:
-            found = runs.list_runs(table_name=table, dataset=DATASET, client=dynamodb)
-            if found and found[0]["status"] in runs.FINAL_STATUSES:
-                record = found[0]
-                break
-            time.sleep(2)
-        assert record is not None, f"no finished run after {RUN_TIMEOUT_SECONDS} s"
-        yield Finished(stack, outputs, record)
-
-
-def _lock_holder(finished: Finished) -> Any:
-    item = finished.stack.client("dynamodb").get_item(
-        TableName=finished.outputs[names.STACK_OUTPUTS["datasets_table"]],
-        Key={names.DATASETS_PK: {"S": DATASET}},
-        ConsistentRead=True,
-    )
-    return item.get("Item", {}).get(names.LOCK_ATTRIBUTE)
+# One group: one worker runs these tests one after another on the module's single stack.
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("e2e-happy")]
 
 
 @pytest.fixture(scope="module")
 def happy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Finished]:
-    yield from _run_to_the_end(tmp_path_factory.mktemp("state"), tmp_path_factory.mktemp("images"), Faults())
+    state, images = tmp_path_factory.mktemp("state"), tmp_path_factory.mktemp("images")
+    with run_to_the_end(state, images, Faults()) as finished:
+        yield finished
 
 
 def test_an_upload_alone_runs_the_whole_flow_to_a_registered_model(happy: Finished) -> None:
@@ -91,7 +34,7 @@ def test_an_upload_alone_runs_the_whole_flow_to_a_registered_model(happy: Finish
     assert record["data_source"] == "fsx"
     assert record["gate"]["decision"] == "accepted"
     assert record["model_package_arn"].startswith("arn:aws:sagemaker:")
-    assert _lock_holder(happy) is None
+    assert lock_holder(happy) is None
 
 
 def test_tuning_ran_three_trials_two_at_a_time_each_resumed_after_a_spot_interruption(
@@ -147,22 +90,3 @@ def test_the_run_record_holds_every_field(happy: Finished) -> None:
     assert {r["status"] for r in record["rule_results"]} <= {"NoIssuesFound", "IssuesFound", "Error"}
     assert record["challenger"]["top1"] > 0
     assert any(point.get("status") == "Completed" for point in record["checkpoint_evaluations"])
-
-
-@pytest.mark.parametrize(
-    ("fault", "status", "error"),
-    [
-        ("import-fails", "FAILED", "ImportFailedError"),
-        ("resource-limit:2", "SUCCEEDED", None),
-        ("kill-checkpoint-write", "SUCCEEDED", None),
-        ("rule-finds-issues", "REJECTED", None),
-    ],
-)
-def test_an_injected_fault_ends_in_the_state_machines_state_with_the_lock_released(
-    tmp_path: Path, fault: str, status: str, error: str | None
-) -> None:
-    for finished in _run_to_the_end(tmp_path / "state", tmp_path / "images", Faults.parse([fault])):
-        assert finished.record["status"] == status, finished.record.get("failure")
-        if error is not None:
-            assert finished.record["failure"]["error"] == error
-        assert _lock_holder(finished) is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +19,11 @@ STACK = "fixture"
 def _outputs(stack: EmbeddedStack) -> dict[str, str]:
     described = stack.client("cloudformation").describe_stacks(StackName=STACK)["Stacks"][0]
     return {o["OutputKey"]: o["OutputValue"] for o in described["Outputs"]}
+
+
+def _state(dynamodb: Any, table: str, key: str) -> str | None:
+    item = dynamodb.get_item(TableName=table, Key={"key": {"S": key}}, ConsistentRead=True).get("Item")
+    return None if item is None else str(item["state"]["S"])
 
 
 def test_data_survives_a_restart_under_the_same_names(tmp_path: Path) -> None:
@@ -48,9 +54,10 @@ def test_restored_objects_do_not_replay_their_upload_events(tmp_path: Path) -> N
         outputs = _outputs(first)
         dynamodb = first.client("dynamodb")
         first.client("s3").put_object(Bucket=outputs["DataBucketName"], Key=key, Body=b"3")
-        deadline = time.monotonic() + 60
-        while "Item" not in dynamodb.get_item(TableName=outputs["ItemsTableName"], Key={"key": {"S": key}}):
-            assert time.monotonic() < deadline, "the upload was never ingested"
+        # Ingest writes the item and starts the flow, whose last state marks it: wait for both to end.
+        deadline = time.monotonic() + 120
+        while _state(dynamodb, outputs["ItemsTableName"], key) != "marked":
+            assert time.monotonic() < deadline, "the upload was never ingested and marked"
             time.sleep(0.3)
         dynamodb.delete_item(TableName=outputs["ItemsTableName"], Key={"key": {"S": key}})
 

@@ -1,0 +1,70 @@
+"""The end-to-end flow the embedded-runtime tests share: images uploaded, the stack left to run."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from controller import names, runs
+from retrain import demo_data
+from retrain.cli import DEMO_PARAMETERS
+from retrain.embedded.faults import Faults
+from retrain.embedded.sagemaker import SpotSchedule
+from retrain.embedded.stack import EmbeddedStack
+
+DATASET = "digits"
+IMAGES = 200
+RUN_TIMEOUT_SECONDS = 1200
+
+
+@dataclass
+class Finished:
+    stack: EmbeddedStack
+    outputs: dict[str, str]
+    record: runs.RunRecord
+
+
+def outputs_of(stack: EmbeddedStack) -> dict[str, str]:
+    described = stack.client("cloudformation").describe_stacks(StackName=stack.stack_name)["Stacks"][0]
+    return {o["OutputKey"]: o["OutputValue"] for o in described["Outputs"]}
+
+
+@contextmanager
+def run_to_the_end(state_dir: Path, images: Path, faults: Faults) -> Iterator[Finished]:
+    """Upload the images, wait for the run to end; the stack stops when the block ends, whatever happened."""
+    files = demo_data.write_digits(images, limit=IMAGES).files
+    # A few hundred images for two epochs train a weak model: the quality bar is the gate's own tests'
+    # subject, here the path through the gate to the registry is.
+    parameters = {**DEMO_PARAMETERS, "MinNewImages": str(len(files)), "MinAccuracy": "0.0"}
+    with EmbeddedStack(
+        state_dir, parameter_overrides=parameters, faults=faults, spot=SpotSchedule(interruptions=1)
+    ) as stack:
+        outputs = outputs_of(stack)
+        s3, dynamodb = stack.client("s3"), stack.client("dynamodb")
+        started = time.monotonic()
+        for path in files:  # the only call: the rest is the stack's own event path
+            key = names.upload_key(DATASET, path.parent.name, path.name)
+            s3.put_object(Bucket=outputs[names.STACK_OUTPUTS["data_bucket"]], Key=key, Body=path.read_bytes())
+        table = outputs[names.STACK_OUTPUTS["runs_table"]]
+        record: runs.RunRecord | None = None
+        while time.monotonic() - started < RUN_TIMEOUT_SECONDS:
+            found = runs.list_runs(table_name=table, dataset=DATASET, client=dynamodb)
+            if found and found[0]["status"] in runs.FINAL_STATUSES:
+                record = found[0]
+                break
+            time.sleep(2)
+        assert record is not None, f"no finished run after {RUN_TIMEOUT_SECONDS} s"
+        yield Finished(stack, outputs, record)
+
+
+def lock_holder(finished: Finished) -> Any:
+    item = finished.stack.client("dynamodb").get_item(
+        TableName=finished.outputs[names.STACK_OUTPUTS["datasets_table"]],
+        Key={names.DATASETS_PK: {"S": DATASET}},
+        ConsistentRead=True,
+    )
+    return item.get("Item", {}).get(names.LOCK_ATTRIBUTE)

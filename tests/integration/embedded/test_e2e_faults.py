@@ -1,0 +1,35 @@
+"""Each injected fault ends the run in the state the state machine defines, with the lock released.
+
+Its own module, so the happy path's module-scoped stack has stopped before these start their own (one
+embedded stack per process).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from retrain.embedded.faults import Faults
+from tests.integration.embedded.flow import lock_holder, run_to_the_end
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.mark.parametrize(
+    ("fault", "status", "error"),
+    [
+        ("import-fails", "FAILED", "ImportFailedError"),
+        ("resource-limit:2", "SUCCEEDED", None),
+        ("kill-checkpoint-write", "SUCCEEDED", None),
+        ("rule-finds-issues", "REJECTED", None),
+    ],
+)
+def test_an_injected_fault_ends_in_the_state_machines_state_with_the_lock_released(
+    tmp_path: Path, fault: str, status: str, error: str | None
+) -> None:
+    with run_to_the_end(tmp_path / "state", tmp_path / "images", Faults.parse([fault])) as finished:
+        assert finished.record["status"] == status, finished.record.get("failure")
+        if error is not None:
+            assert finished.record["failure"]["error"] == error
+        assert lock_holder(finished) is None
