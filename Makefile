@@ -59,7 +59,7 @@ package-check: setup
 	  echo "package-check: functions/requirements.txt installs for python$(LAMBDA_PYTHON) on manylinux2014_x86_64"; fi
 
 pytest: setup
-	$(BIN)/python -m pytest -n 2 --dist loadgroup || { rc=$$?; \
+	$(BIN)/python -m pytest -n 2 --dist loadgroup --durations=15 || { rc=$$?; \
 	  [ $$rc -ne 5 ] || echo "pytest collected no tests: the suite is broken" >&2; exit $$rc; }
 
 test: lint validate pytest

@@ -5,6 +5,11 @@ Tracing is Active) before the first event. Each module is timed in its own new p
 interleaved, median reported, beside `import boto3` (what every handler pays anyway) measured in the
 same rounds. Target (issue 5): <= 300 ms per handler on a Lambda-sized CPU.
 
+The interpreter is set up as Lambda's: the runtime's reserved variables (LAMBDA_TASK_ROOT and
+friends: with them the X-Ray SDK takes its Lambda path, a local sampler, instead of building an X-Ray
+client at import) and code plus dependencies on sys.path without site processing (`-S`; a deployment
+package has no .pth files, so the virtualenv's editable-install finder is not paid either).
+
     .venv/bin/python bench/lambda_import.py [--rounds 7] [--append BENCHMARKS.md]
 """
 
@@ -16,6 +21,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 
@@ -49,19 +55,30 @@ def handler_modules(template: Path = TEMPLATE) -> list[str]:
 
 
 def lambda_environment(template: Path = TEMPLATE) -> dict[str, str]:
-    """The literal Globals environment (Powertools settings); tracing stays on as deployed."""
+    """The literal Globals environment (Powertools settings, tracing on as deployed) and the variables
+    Lambda's Python runtime sets in every function."""
     document = yaml.load(template.read_text(encoding="utf-8"), Loader=_Loader)
-    variables = document["Globals"]["Function"]["Environment"]["Variables"]
+    function = document["Globals"]["Function"]
+    variables = function["Environment"]["Variables"]
     env = {key: str(value) for key, value in variables.items() if isinstance(value, str | int)}
+    site_packages = dict.fromkeys(sysconfig.get_path(name) for name in ("purelib", "platlib"))
+    task_root = ROOT / "functions"
     env.update(
-        PYTHONPATH=str(ROOT / "functions"), PATH=os.environ.get("PATH", ""), AWS_DEFAULT_REGION="us-east-1"
+        PYTHONPATH=os.pathsep.join([str(task_root), *site_packages]),
+        PATH=os.environ.get("PATH", ""),
+        AWS_DEFAULT_REGION="us-east-1",
+        AWS_REGION="us-east-1",
+        LAMBDA_TASK_ROOT=str(task_root),
+        AWS_EXECUTION_ENV=f"AWS_Lambda_{function['Runtime']}",
+        AWS_LAMBDA_FUNCTION_NAME="retrain-bench",
+        AWS_LAMBDA_FUNCTION_MEMORY_SIZE=str(function.get("MemorySize", 128)),
     )
     return env
 
 
 def time_import(module: str, env: dict[str, str]) -> float:
     result = subprocess.run(
-        [sys.executable, "-c", _TIMER.format(module=module)],
+        [sys.executable, "-S", "-c", _TIMER.format(module=module)],
         env=env,
         capture_output=True,
         text=True,
@@ -99,7 +116,8 @@ def main() -> int:
             f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
             f"1-minute load average {load_before:.1f} before, {load_after:.1f} after. Command: {command}.",
             f"Each figure: median of {args.rounds} fresh interpreters, modules interleaved per round;",
-            "the template's Globals environment (Powertools settings, tracing on as deployed).",
+            "the template's Globals environment (Powertools settings, tracing on as deployed) and Lambda's",
+            "reserved variables (LAMBDA_TASK_ROOT, ...); code and dependencies on sys.path, `python -S`.",
             "Target: <= 300 ms per handler.",
             "",
             *rows,

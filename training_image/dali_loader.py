@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import io
 import logging
-import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -146,7 +145,7 @@ class DaliLoader:
         self.device = device
         self.rank = rank
         self.world_size = world_size
-        self.delay_s = delay_ms / 1000.0
+        self.delay = loaders.PlantedDelay(delay_ms)
         self.position = (0, 0)  # (epoch, next batch)
         self.skipped: dict[str, str] = {}  # path -> why DALI could not use it
         self._pipe: Pipeline | None = None
@@ -164,6 +163,7 @@ class DaliLoader:
         return list(range(len(self.samples)))
 
     def epoch(self, epoch: int, start_batch: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        self.delay.start_epoch()
         order = self.order(epoch)
         batches = data.rank_batches(
             order, self.batch_size, train=self.train, rank=self.rank, world_size=self.world_size
@@ -194,8 +194,7 @@ class DaliLoader:
                 number, _, items = self._in_flight.popleft()
                 images = self._to_torch(outputs[0])
                 labels = torch.tensor([item.sample.label for item in items], dtype=torch.int64)
-                if self.delay_s:
-                    time.sleep(self.delay_s)
+                self.delay.wait()
                 self.position = (epoch, number + 1)
                 yield images, labels
         finally:

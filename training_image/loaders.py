@@ -123,6 +123,32 @@ def eval_transform(image: Image.Image, image_size: int) -> torch.Tensor:
     return to_tensor(image.crop((left, top, left + image_size, top + image_size)))
 
 
+class PlantedDelay:
+    """Fault injection (`inject-loader-delay-ms`): a loader that starves the step. Before each batch it
+    sleeps `delay_ms`, and at least `DOMINANCE` times the consumer's time since the previous batch, so
+    data wait stays most of every step however busy the machine makes the compute."""
+
+    DOMINANCE = 3.0
+
+    def __init__(self, delay_ms: int) -> None:
+        self.delay_s = delay_ms / 1000.0
+        self._handed_at: float | None = None
+
+    def __bool__(self) -> bool:
+        return self.delay_s > 0
+
+    def start_epoch(self) -> None:
+        """Forget the last hand-over: evaluation between epochs is not the consumer's step."""
+        self._handed_at = None
+
+    def wait(self) -> None:
+        if not self:
+            return
+        consumer_s = 0.0 if self._handed_at is None else time.monotonic() - self._handed_at
+        time.sleep(max(self.delay_s, self.DOMINANCE * consumer_s))
+        self._handed_at = time.monotonic()
+
+
 class _EpochDataset(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
     """One epoch's items for a rank; item i is (position in the epoch order, sample)."""
 
@@ -193,7 +219,7 @@ class TorchLoader:
         self.pin_memory = device.type == "cuda"
         self.rank = rank
         self.world_size = world_size
-        self.delay_s = delay_ms / 1000.0
+        self.delay = PlantedDelay(delay_ms)
         self.position = (0, 0)  # (epoch, next batch)
 
     def __len__(self) -> int:
@@ -207,6 +233,7 @@ class TorchLoader:
         )
 
     def epoch(self, epoch: int, start_batch: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        self.delay.start_epoch()
         order = self.order(epoch)
         batches = data.rank_batches(
             order, self.batch_size, train=self.train, rank=self.rank, world_size=self.world_size
@@ -233,8 +260,7 @@ class TorchLoader:
             worker_init_fn=_ignore_sigterm,
         )
         for number, (images, labels) in enumerate(loader, start=start_batch):
-            if self.delay_s:
-                time.sleep(self.delay_s)
+            self.delay.wait()
             self.position = (epoch, number + 1)
             yield images, labels.to(torch.int64)
 

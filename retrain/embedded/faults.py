@@ -30,9 +30,10 @@ FAULT_NAMES: Final = (
     "rule-finds-issues",
     "loader-delay-ms:N",
 )
-# A loader delay that makes data waits most of every step even when the machine is busy, so the rule
-# check's CPUBottleneck rule (data wait > 50% of step time) fires; `rule-finds-issues:MS` sets another.
-RULE_FINDS_ISSUES_DELAY_MS: Final = 3000
+# A planted slow loader (the container sleeps this long per batch, and at least 3x the step's compute,
+# so data wait is most of every step on any machine): the rule check's CPUBottleneck rule (data wait
+# > 50% of step time) fires. `rule-finds-issues:MS` sets another delay.
+RULE_FINDS_ISSUES_DELAY_MS: Final = 500
 # The system rules wait for 1,000 data points, as the managed ones do; a short emulated run has ~100
 # steps, so a run with a planted loader delay lowers the stack's SystemRulePatience to let them conclude.
 RULE_FINDS_ISSUES_PATIENCE: Final = 5

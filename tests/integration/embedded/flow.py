@@ -34,12 +34,20 @@ def outputs_of(stack: EmbeddedStack) -> dict[str, str]:
 
 
 @contextmanager
-def run_to_the_end(state_dir: Path, images: Path, faults: Faults) -> Iterator[Finished]:
+def run_to_the_end(
+    state_dir: Path,
+    images: Path,
+    faults: Faults,
+    *,
+    count: int = IMAGES,
+    overrides: dict[str, str] | None = None,
+) -> Iterator[Finished]:
     """Upload the images, wait for the run to end; the stack stops when the block ends, whatever happened."""
-    files = demo_data.write_digits(images, limit=IMAGES).files
-    # A few hundred images for two epochs train a weak model: the quality bar is the gate's own tests'
+    files = demo_data.write_digits(images, limit=count).files
+    # A few hundred images for a few epochs train a weak model: the quality bar is the gate's own tests'
     # subject, here the path through the gate to the registry is.
     parameters = {**DEMO_PARAMETERS, "MinNewImages": str(len(files)), "MinAccuracy": "0.0"}
+    parameters.update(overrides or {})
     with EmbeddedStack(
         state_dir, parameter_overrides=parameters, faults=faults, spot=SpotSchedule(interruptions=1)
     ) as stack:

@@ -8,25 +8,26 @@ registry -> notification. The injected faults are test_e2e_faults.py's subject.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from retrain.embedded.faults import Faults
 from tests.integration.embedded.flow import IMAGES, Finished, lock_holder, run_to_the_end
 
-# One group: one worker runs these tests one after another on the module's single stack.
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("e2e-happy")]
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-@pytest.fixture(scope="module")
-def happy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Finished]:
-    state, images = tmp_path_factory.mktemp("state"), tmp_path_factory.mktemp("images")
-    with run_to_the_end(state, images, Faults()) as finished:
-        yield finished
+def test_an_upload_alone_runs_the_whole_flow_to_a_registered_model(tmp_path: Path) -> None:
+    # One test, one stack (a module-scoped stack could outlive its tests beside other stacks' tests
+    # under xdist): the three checks below read the same finished run.
+    with run_to_the_end(tmp_path / "state", tmp_path / "images", Faults()) as happy:
+        _ends_registered_with_the_lock_released(happy)
+        _tuning_ran_three_trials_two_at_a_time_each_resumed_after_a_spot_interruption(happy)
+        _the_run_record_holds_every_field(happy)
 
 
-def test_an_upload_alone_runs_the_whole_flow_to_a_registered_model(happy: Finished) -> None:
+def _ends_registered_with_the_lock_released(happy: Finished) -> None:
     record = happy.record
 
     assert record["status"] == "SUCCEEDED", record.get("failure")
@@ -37,9 +38,7 @@ def test_an_upload_alone_runs_the_whole_flow_to_a_registered_model(happy: Finish
     assert lock_holder(happy) is None
 
 
-def test_tuning_ran_three_trials_two_at_a_time_each_resumed_after_a_spot_interruption(
-    happy: Finished,
-) -> None:
+def _tuning_ran_three_trials_two_at_a_time_each_resumed_after_a_spot_interruption(happy: Finished) -> None:
     sagemaker = happy.stack.client("sagemaker")
     tuning = sagemaker.describe_hyper_parameter_tuning_job(
         HyperParameterTuningJobName=happy.record["tuning_job"]
@@ -59,7 +58,7 @@ def test_tuning_ran_three_trials_two_at_a_time_each_resumed_after_a_spot_interru
     assert happy.record["billable_seconds"] < happy.record["training_seconds"]
 
 
-def test_the_run_record_holds_every_field(happy: Finished) -> None:
+def _the_run_record_holds_every_field(happy: Finished) -> None:
     record = happy.record
 
     for field in (

@@ -15,6 +15,11 @@ from tests.integration.embedded.flow import lock_holder, run_to_the_end
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
+# The end state is the subject here, not the model or its curve: fewer images (still 9 steps, enough
+# for the planted bottleneck's patience of 5), no checkpoint evaluations.
+FAULT_IMAGES = 100
+QUICK = {"CheckpointEvaluationEvery": "0"}
+
 
 @pytest.mark.parametrize(
     ("fault", "status", "error"),
@@ -28,7 +33,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 def test_an_injected_fault_ends_in_the_state_machines_state_with_the_lock_released(
     tmp_path: Path, fault: str, status: str, error: str | None
 ) -> None:
-    with run_to_the_end(tmp_path / "state", tmp_path / "images", Faults.parse([fault])) as finished:
+    with run_to_the_end(
+        tmp_path / "state", tmp_path / "images", Faults.parse([fault]), count=FAULT_IMAGES, overrides=QUICK
+    ) as finished:
         assert finished.record["status"] == status, finished.record.get("failure")
         if error is not None:
             assert finished.record["failure"]["error"] == error

@@ -126,6 +126,25 @@ def test_the_delay_fault_knob_sleeps_per_batch(samples: list[data.Sample]) -> No
     assert time.perf_counter() - started >= 0.6
 
 
+def test_the_planted_delay_outlasts_a_slow_consumer_so_data_wait_dominates_every_step() -> None:
+    # GIVEN a 10 ms planted delay and a consumer whose step takes 100 ms
+    delay = loaders.PlantedDelay(10)
+    delay.wait()
+    time.sleep(0.1)
+    # WHEN the next batch is fetched
+    started = time.perf_counter()
+    delay.wait()
+    waited = time.perf_counter() - started
+    # THEN the loader waited at least DOMINANCE x the step, not just the 10 ms
+    assert waited >= loaders.PlantedDelay.DOMINANCE * 0.1
+    # AND a new epoch starts from the plain delay (evaluation between epochs is not a step)
+    time.sleep(0.1)
+    delay.start_epoch()
+    started = time.perf_counter()
+    delay.wait()
+    assert time.perf_counter() - started < 0.1
+
+
 def test_auto_picks_the_dataloader_without_a_gpu() -> None:
     assert loaders.resolve_kind("auto", CPU) == "torch"
     assert loaders.resolve_kind("dali", CPU) == "dali"
