@@ -7,8 +7,10 @@ CLI all depend on these names; tests compare their copies (JSON, YAML) against t
 from __future__ import annotations
 
 import json
+import logging
 import os
-from collections.abc import Mapping
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -216,3 +218,20 @@ def write_failure(paths: Paths, reason: str) -> None:
     paths.output_dir.mkdir(parents=True, exist_ok=True)
     line = " ".join(reason.split())[:FAILURE_REASON_LIMIT]
     paths.failure_file.write_text(line + "\n", encoding="utf-8")
+
+
+def run_reporting_failure(
+    paths: Paths, body: Callable[[], int], *, invalid: str, argv: Sequence[str] | None = None
+) -> int:
+    """An entry point's body, its every failure turned into the failure file and a non-zero exit:
+    argparse's exit (bad arguments) as "<invalid>: <the arguments>", any error as its type and message."""
+    try:
+        return body()
+    except SystemExit as exit_:
+        if exit_.code not in (0, None):
+            write_failure(paths, f"{invalid}: {' '.join(argv or sys.argv[1:])}")
+        raise
+    except Exception as error:
+        logging.getLogger(sys.argv[0]).exception("the job failed")
+        write_failure(paths, f"{type(error).__name__}: {error}")
+        return 1

@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Unpack, cast
 
 import data
 import loaders
@@ -109,58 +109,22 @@ def read_encoded(path: Path) -> tuple[np.ndarray, tuple[int, int]]:
         return np.frombuffer(encoded, dtype=np.uint8), image.size
 
 
-class DaliLoader:
+class DaliLoader(loaders.BatchLoader):
     """`loaders.Loader` over a DALI pipeline fed by `fn.external_source` (see the module docstring)."""
 
     kind = KIND
 
-    def __init__(
-        self,
-        samples: Sequence[data.Sample],
-        *,
-        train: bool,
-        batch_size: int,
-        image_size: int,
-        augment_load: int,
-        seed: int,
-        num_workers: int,
-        device: torch.device,
-        rank: int = 0,
-        world_size: int = 1,
-        delay_ms: int = 0,
-        crop_scale_min: float = loaders.CROP_SCALE[0],
-    ) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch-size must be at least 1, got {batch_size}")
-        self.crop_scale_min = loaders.check_crop_scale_min(crop_scale_min)
-        if augment_load < 1 and train:
-            raise ValueError(f"augment-load must be at least 1, got {augment_load}")
-        self.samples = list(samples)
-        self.train = train
-        self.batch_size = batch_size
-        self.image_size = image_size
-        self.augment_load = augment_load
-        self.seed = seed
-        self.num_threads = max(1, num_workers)
-        self.device = device
-        self.rank = rank
-        self.world_size = world_size
-        self.delay = loaders.PlantedDelay(delay_ms)
-        self.position = (0, 0)  # (epoch, next batch)
+    def __init__(self, samples: Sequence[data.Sample], **options: Unpack[loaders.LoaderOptions]) -> None:
+        super().__init__(samples, **options)
+        if self.augment_load < 1 and self.train:
+            raise ValueError(f"augment-load must be at least 1, got {self.augment_load}")
+        self.num_threads = max(1, self.num_workers)
         self.skipped: dict[str, str] = {}  # path -> why DALI could not use it
         self._pipe: Pipeline | None = None
         self._epoch = 0
         self._generation = 0  # which epoch() call owns the pipeline
         self._plan: deque[tuple[int, list[tuple[int, data.Sample]]]] = deque()
         self._in_flight: deque[tuple[int, list[tuple[int, data.Sample]], list[_Item]]] = deque()
-
-    def __len__(self) -> int:
-        return data.num_batches(len(self.samples), self.batch_size, train=self.train)
-
-    def order(self, epoch: int) -> list[int]:
-        if self.train:
-            return data.epoch_order(len(self.samples), self.seed, epoch)
-        return list(range(len(self.samples)))
 
     def epoch(self, epoch: int, start_batch: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         self.delay.start_epoch()
@@ -206,25 +170,10 @@ class DaliLoader:
                 self._pipe = None  # stopped mid-epoch: prefetched batches must not leak into the next
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "version": loaders.LOADER_STATE_VERSION,
-            "seed": self.seed,
-            "num_samples": len(self.samples),
-            "epoch": self.position[0],
-            "next_batch": self.position[1],
-            "skipped": dict(self.skipped),
-        }
+        return {**super().state_dict(), "skipped": dict(self.skipped)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        expected = {"seed": self.seed, "num_samples": len(self.samples)}
-        found = {key: state.get(key) for key in expected}
-        if found != expected:
-            raise ValueError(
-                f"the checkpoint's loader state {found} does not match this job {expected}: "
-                "the data or seed changed since the checkpoint; start a new training job"
-            )
-        self.position = (int(state["epoch"]), int(state["next_batch"]))
+        super().load_state_dict(state)
         self.skipped.update({str(k): str(v) for k, v in state.get("skipped", {}).items()})
 
     # Feeding -----------------------------------------------------------------------------------

@@ -293,22 +293,17 @@ def run(argv: Sequence[str] | None = None) -> int:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
     paths = contract.resolve_paths()
-    try:
+
+    def body() -> int:
         args = get_args_parser(paths.base).parse_args(argv)
         with tempfile.TemporaryDirectory() as workdir:
             result = evaluate(args, Path(workdir))
         print(
             f"top1: {result['top1']:.6f} top3: {result['top3']:.6f} samples: {result['samples']}", flush=True
         )
-    except SystemExit as exit_:
-        if exit_.code not in (0, None):
-            contract.write_failure(paths, f"invalid evaluation arguments: {' '.join(argv or sys.argv[1:])}")
-        raise
-    except Exception as error:
-        log.exception("evaluation failed")
-        contract.write_failure(paths, f"{type(error).__name__}: {error}")
-        return 1
-    return 0
+        return 0
+
+    return contract.run_reporting_failure(paths, body, invalid="invalid evaluation arguments", argv=argv)
 
 
 if __name__ == "__main__":

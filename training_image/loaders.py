@@ -13,7 +13,7 @@ import math
 import signal
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any, Protocol
+from typing import Any, NotRequired, Protocol, TypedDict, Unpack
 
 import data
 import numpy as np
@@ -185,52 +185,78 @@ class _EpochDataset(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
         return tensor, sample.label
 
 
-class TorchLoader:
-    """PyTorch DataLoader over PIL decode and CPU augmentations; batches follow `data.rank_batches`."""
+class LoaderOptions(TypedDict):
+    """The keyword arguments of every loader and of `build_loader` (written once, here)."""
 
-    kind = "torch"
+    train: bool
+    batch_size: int  # the GLOBAL batch; each rank yields its slice (see data.rank_batches)
+    image_size: int
+    augment_load: int
+    seed: int
+    num_workers: int
+    device: torch.device
+    rank: NotRequired[int]
+    world_size: NotRequired[int]
+    delay_ms: NotRequired[int]
+    crop_scale_min: NotRequired[float]
 
-    def __init__(
-        self,
-        samples: Sequence[data.Sample],
-        *,
-        train: bool,
-        batch_size: int,
-        image_size: int,
-        augment_load: int,
-        seed: int,
-        num_workers: int,
-        device: torch.device,
-        rank: int = 0,
-        world_size: int = 1,
-        delay_ms: int = 0,
-        crop_scale_min: float = CROP_SCALE[0],
-    ) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch-size must be at least 1, got {batch_size}")
-        self.crop_scale_min = check_crop_scale_min(crop_scale_min)
+
+class BatchLoader:
+    """What both loaders share: the checked options, the epoch order, the resume position and the
+    state a checkpoint holds. Subclasses give `kind` and `epoch`."""
+
+    kind: str
+
+    def __init__(self, samples: Sequence[data.Sample], **options: Unpack[LoaderOptions]) -> None:
+        if options["batch_size"] < 1:
+            raise ValueError(f"batch-size must be at least 1, got {options['batch_size']}")
+        self.crop_scale_min = check_crop_scale_min(options.get("crop_scale_min", CROP_SCALE[0]))
         self.samples = list(samples)
-        self.train = train
-        self.batch_size = batch_size
-        self.image_size = image_size
-        self.augment_load = augment_load
-        self.seed = seed
-        self.num_workers = num_workers
-        self.pin_memory = device.type == "cuda"
-        self.rank = rank
-        self.world_size = world_size
-        self.delay = PlantedDelay(delay_ms)
+        self.train = options["train"]
+        self.batch_size = options["batch_size"]
+        self.image_size = options["image_size"]
+        self.augment_load = options["augment_load"]
+        self.seed = options["seed"]
+        self.num_workers = options["num_workers"]
+        self.device = options["device"]
+        self.rank = options.get("rank", 0)
+        self.world_size = options.get("world_size", 1)
+        self.delay = PlantedDelay(options.get("delay_ms", 0))
         self.position = (0, 0)  # (epoch, next batch)
 
     def __len__(self) -> int:
         return data.num_batches(len(self.samples), self.batch_size, train=self.train)
 
     def order(self, epoch: int) -> list[int]:
-        return (
-            data.epoch_order(len(self.samples), self.seed, epoch)
-            if self.train
-            else list(range(len(self.samples)))
-        )
+        if self.train:
+            return data.epoch_order(len(self.samples), self.seed, epoch)
+        return list(range(len(self.samples)))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "version": LOADER_STATE_VERSION,
+            "seed": self.seed,
+            "num_samples": len(self.samples),
+            "epoch": self.position[0],
+            "next_batch": self.position[1],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        expected = {"seed": self.seed, "num_samples": len(self.samples)}
+        found = {key: state.get(key) for key in expected}
+        if found != expected:
+            raise ValueError(
+                f"the checkpoint's loader state {found} does not match this job {expected}: "
+                "the data or seed changed since the checkpoint; start a new training job"
+            )
+        self.position = (int(state["epoch"]), int(state["next_batch"]))
+
+
+class TorchLoader(BatchLoader):
+    """PyTorch DataLoader over PIL decode and CPU augmentations; batches follow `data.rank_batches`."""
+
+    kind = "torch"
 
     def epoch(self, epoch: int, start_batch: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         self.delay.start_epoch()
@@ -256,33 +282,13 @@ class TorchLoader:
             dataset,
             batch_sampler=sampler,
             num_workers=self.num_workers,
-            pin_memory=self.pin_memory,
+            pin_memory=self.device.type == "cuda",
             worker_init_fn=_ignore_sigterm,
         )
         for number, (images, labels) in enumerate(loader, start=start_batch):
             self.delay.wait()
             self.position = (epoch, number + 1)
             yield images, labels.to(torch.int64)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "version": LOADER_STATE_VERSION,
-            "seed": self.seed,
-            "num_samples": len(self.samples),
-            "epoch": self.position[0],
-            "next_batch": self.position[1],
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        expected = {"seed": self.seed, "num_samples": len(self.samples)}
-        found = {key: state.get(key) for key in expected}
-        if found != expected:
-            raise ValueError(
-                f"the checkpoint's loader state {found} does not match this job {expected}: "
-                "the data or seed changed since the checkpoint; start a new training job"
-            )
-        self.position = (int(state["epoch"]), int(state["next_batch"]))
 
 
 def _ignore_sigterm(worker_id: int) -> None:
@@ -319,39 +325,9 @@ def resolve_kind(kind: str, device: torch.device) -> str:
     return "dali"
 
 
-def build_loader(
-    kind: str,
-    samples: Sequence[data.Sample],
-    *,
-    train: bool,
-    batch_size: int,
-    image_size: int,
-    augment_load: int,
-    seed: int,
-    num_workers: int,
-    device: torch.device,
-    rank: int = 0,
-    world_size: int = 1,
-    delay_ms: int = 0,
-    crop_scale_min: float = CROP_SCALE[0],
-) -> Loader:
-    """A loader of `kind` (torch | dali | auto). `batch_size` is the GLOBAL batch; each rank yields
-    its slice of every global batch (see data.rank_batches). A DALI loader is built as
-    `dali_loader.DaliLoader(samples, **the same keyword arguments)`."""
-    options: dict[str, Any] = {
-        "train": train,
-        "batch_size": batch_size,
-        "image_size": image_size,
-        "augment_load": augment_load,
-        "seed": seed,
-        "num_workers": num_workers,
-        "device": device,
-        "rank": rank,
-        "world_size": world_size,
-        "delay_ms": delay_ms,
-        "crop_scale_min": crop_scale_min,
-    }
-    resolved = resolve_kind(kind, device)
+def build_loader(kind: str, samples: Sequence[data.Sample], **options: Unpack[LoaderOptions]) -> Loader:
+    """A loader of `kind` (torch | dali | auto) over `samples`."""
+    resolved = resolve_kind(kind, options["device"])
     if resolved == "torch":
         return TorchLoader(samples, **options)
     if resolved == "dali":

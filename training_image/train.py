@@ -385,24 +385,20 @@ def run(argv: Sequence[str] | None = None) -> int:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
     paths = contract.resolve_paths()
-    try:
-        with checkpoints.Interruption() as interruption:
-            args, unknown = get_args_parser().parse_known_args(argv)
-            if unknown:
-                log.warning("ignoring unknown hyperparameters: %s", " ".join(unknown))
-            main(args, paths, interruption)
-    except checkpoints.Interrupted as stop:
-        log.warning("%s; checkpoint written, exiting with %d", stop, contract.INTERRUPTED_EXIT_CODE)
-        return contract.INTERRUPTED_EXIT_CODE
-    except SystemExit as exit_:
-        if exit_.code not in (0, None):
-            contract.write_failure(paths, f"invalid hyperparameters: {' '.join(argv or sys.argv[1:])}")
-        raise
-    except Exception as error:
-        log.exception("training failed")
-        contract.write_failure(paths, f"{type(error).__name__}: {error}")
-        return 1
-    return 0
+
+    def body() -> int:
+        try:
+            with checkpoints.Interruption() as interruption:
+                args, unknown = get_args_parser().parse_known_args(argv)
+                if unknown:
+                    log.warning("ignoring unknown hyperparameters: %s", " ".join(unknown))
+                main(args, paths, interruption)
+        except checkpoints.Interrupted as stop:
+            log.warning("%s; checkpoint written, exiting with %d", stop, contract.INTERRUPTED_EXIT_CODE)
+            return contract.INTERRUPTED_EXIT_CODE
+        return 0
+
+    return contract.run_reporting_failure(paths, body, invalid="invalid hyperparameters", argv=argv)
 
 
 if __name__ == "__main__":

@@ -37,17 +37,8 @@ def on_execution_end(
     record = runs.get_run(dataset, run_id, table_name=config.runs_table, client=dynamodb)
     if record is not None and record["status"] in runs.ACTIVE_STATUSES:
         cause = f"the execution ended {status} before the run finished (stopped by hand, or timed out)"
-        runs.update_run(
-            dataset,
-            run_id,
-            {
-                "status": "FAILED",
-                "finished_at": at,
-                "updated_at": at,
-                "failure": {"error": status, "cause": cause},
-            },
-            table_name=config.runs_table,
-            client=dynamodb,
+        runs.mark_failed(
+            dataset, run_id, error=status, cause=cause, at=at, table_name=config.runs_table, client=dynamodb
         )
         metrics.add_metric(name=names.METRIC_RUNS_FAILED, unit="Count", value=1)
     released = datasets.release(

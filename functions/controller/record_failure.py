@@ -69,18 +69,15 @@ def record_failure(
     recorded = False
     if dataset and run_id and names.DATASET_RE.fullmatch(dataset):
         if runs.get_run(dataset, run_id, table_name=config.runs_table, client=dynamodb) is not None:
-            runs.update_run(
+            runs.mark_failed(
                 dataset,
                 run_id,
-                {
-                    "status": "FAILED",
-                    "finished_at": at,
-                    "updated_at": at,
-                    "failure": {"error": error, "cause": message},
-                    **final_job(state),
-                },
+                error=error,
+                cause=message,
+                at=at,
                 table_name=config.runs_table,
                 client=dynamodb,
+                extra=final_job(state),
             )
             recorded = True
         not_before = (moment + timedelta(seconds=config.failure_backoff_seconds)).strftime(

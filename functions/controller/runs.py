@@ -210,6 +210,33 @@ def update_run(
     )
 
 
+def mark_failed(
+    dataset: str,
+    run_id: str,
+    *,
+    error: str,
+    cause: str,
+    at: str,
+    table_name: str,
+    client: DynamoDBClient | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> None:
+    """End a run FAILED with the error and why (what the CLI prints), and any `extra` fields."""
+    update_run(
+        dataset,
+        run_id,
+        {
+            "status": "FAILED",
+            "finished_at": at,
+            "updated_at": at,
+            "failure": {"error": error, "cause": cause},
+            **(extra or {}),
+        },
+        table_name=table_name,
+        client=client,
+    )
+
+
 def append_checkpoint_evaluation(
     dataset: str,
     run_id: str,

@@ -283,7 +283,15 @@ def _task_classes() -> tuple[type, type]:
             ),
         )
 
-    class SageMakerTask(base_callback):  # type: ignore[misc]
+    class FailsAsTheService:
+        """A TaskFailed raised by an embedded service fails the state with the service's error name."""
+
+        def _from_error(self, env: Any, ex: Exception) -> Any:
+            if isinstance(ex, TaskFailed):
+                return failure(self, env, ex)
+            return super()._from_error(env=env, ex=ex)  # type: ignore[misc]
+
+    class SageMakerTask(FailsAsTheService, base_callback):  # type: ignore[misc]
         """``arn:aws:states:::sagemaker:<action>[.sync]`` against the installed SageMakerService."""
 
         def __init__(self) -> None:
@@ -293,11 +301,6 @@ def _task_classes() -> tuple[type, type]:
 
         def _get_supported_parameters(self) -> set[str]:
             return set()  # every parameter passes through, as the service validates its own request
-
-        def _from_error(self, env: Any, ex: Exception) -> Any:
-            if isinstance(ex, TaskFailed):
-                return failure(self, env, ex)
-            return super()._from_error(env=env, ex=ex)
 
         def _eval_service_task(
             self,
@@ -344,7 +347,7 @@ def _task_classes() -> tuple[type, type]:
 
             return resolve
 
-    class AwsSdkTask(base_sdk):  # type: ignore[misc]
+    class AwsSdkTask(FailsAsTheService, base_sdk):  # type: ignore[misc]
         """``aws-sdk:*``: fsx and sagemaker calls reach the installed services; others keep moto's path."""
 
         def _embedded_service(self) -> object | None:
@@ -353,11 +356,6 @@ def _task_classes() -> tuple[type, type]:
             if service is not None and hasattr(service, self._get_boto_service_action()):
                 return service
             return None
-
-        def _from_error(self, env: Any, ex: Exception) -> Any:
-            if isinstance(ex, TaskFailed):
-                return failure(self, env, ex)
-            return super()._from_error(env=env, ex=ex)
 
         def _eval_service_task(
             self,

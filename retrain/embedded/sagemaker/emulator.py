@@ -106,6 +106,14 @@ def _plain(request: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+# What a job that a stopped runtime left running becomes, per kind: (kind, status key, end-time key, more).
+_ORPHAN_FIELDS: tuple[tuple[str, str, str, dict[str, str]], ...] = (
+    ("training", "TrainingJobStatus", "TrainingEndTime", {"SecondaryStatus": "Failed"}),
+    ("processing", "ProcessingJobStatus", "ProcessingEndTime", {}),
+    ("tuning", "HyperParameterTuningJobStatus", "HyperParameterTuningEndTime", {}),
+)
+
+
 class SageMakerEmulator:
     """SageMaker for the embedded runtime. Methods take and return boto3's shapes, raise ClientError."""
 
@@ -167,34 +175,15 @@ class SageMakerEmulator:
         """Jobs a previous runtime left running cannot be resumed; they end Failed, as on lost hardware."""
         reason = "InternalServerError: the embedded runtime stopped while this job ran; start the job again"
         now = time.time()
-        for name, record in self._training.items():
-            if record["TrainingJobStatus"] in ACTIVE:
-                record.update(
-                    TrainingJobStatus="Failed",
-                    SecondaryStatus="Failed",
-                    FailureReason=reason,
-                    TrainingEndTime=now,
-                    LastModifiedTime=now,
-                )
-                self.store.save("training", record, name)
-        for name, record in self._processing.items():
-            if record["ProcessingJobStatus"] in ACTIVE:
-                record.update(
-                    ProcessingJobStatus="Failed",
-                    FailureReason=reason,
-                    ProcessingEndTime=now,
-                    LastModifiedTime=now,
-                )
-                self.store.save("processing", record, name)
-        for name, record in self._tuning.items():
-            if record["HyperParameterTuningJobStatus"] in ACTIVE:
-                record.update(
-                    HyperParameterTuningJobStatus="Failed",
-                    FailureReason=reason,
-                    HyperParameterTuningEndTime=now,
-                    LastModifiedTime=now,
-                )
-                self.store.save("tuning", record, name)
+        for kind, status_key, ended_key, extra in _ORPHAN_FIELDS:
+            for name, record in self._records(kind).items():
+                if record[status_key] in ACTIVE:
+                    record.update(
+                        {status_key: "Failed", ended_key: now, **extra},
+                        FailureReason=reason,
+                        LastModifiedTime=now,
+                    )
+                    self.store.save(kind, record, name)
 
     def _records(self, kind: str) -> dict[str, dict[str, Any]]:
         return {"training": self._training, "processing": self._processing, "tuning": self._tuning}[kind]

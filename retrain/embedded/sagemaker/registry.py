@@ -138,23 +138,25 @@ class ModelRegistry:
         return {"ModelPackageGroupArn": self._call("CreateModelPackageGroup", request)}
 
     def describe_model_package_group(self, **request: Any) -> dict[str, Any]:
+        name = request["ModelPackageGroupName"]
+        return self._describe(self.backend.describe_model_package_group, name, "DescribeModelPackageGroup")
+
+    def _describe(self, getter: Any, name: str, operation: str) -> dict[str, Any]:
+        """moto's description of one resource, its service errors as the client error boto3 raises."""
         try:
-            group = self.backend.describe_model_package_group(request["ModelPackageGroupName"])
+            found = getter(name)
         except ServiceException as exc:
-            raise client_error(exc.code, exc.message, "DescribeModelPackageGroup") from exc
-        result: dict[str, Any] = _aware(group.gen_response_object())
+            raise client_error(exc.code, exc.message, operation) from exc
+        result: dict[str, Any] = _aware(found.gen_response_object())
         return result
 
     def create_model_package(self, **request: Any) -> dict[str, Any]:
         return {"ModelPackageArn": self._call("CreateModelPackage", request)}
 
     def describe_model_package(self, **request: Any) -> dict[str, Any]:
-        try:
-            package = self.backend.describe_model_package(request["ModelPackageName"])
-        except ServiceException as exc:
-            raise client_error(exc.code, exc.message, "DescribeModelPackage") from exc
-        result: dict[str, Any] = _aware(package.gen_response_object())
-        return result
+        return self._describe(
+            self.backend.describe_model_package, request["ModelPackageName"], "DescribeModelPackage"
+        )
 
     def update_model_package(self, **request: Any) -> dict[str, Any]:
         return {"ModelPackageArn": self._call("UpdateModelPackage", request)}
