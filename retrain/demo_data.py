@@ -26,8 +26,10 @@ class DemoDataset:
     per_label: dict[str, int]
 
 
-def write_digits(root: Path, *, size: int = DEFAULT_SIZE, limit: int | None = None) -> DemoDataset:
-    """Write `root/<label>/digit-<index>.jpg` for the digits (or the first `limit` of them).
+def write_digits(
+    root: Path, *, size: int = DEFAULT_SIZE, limit: int | None = None, start: int = 0
+) -> DemoDataset:
+    """Write `root/<label>/digit-<index>.jpg` for the digits from index `start` (at most `limit` of them).
 
     The 8x8 images are upscaled to `size` pixels (bicubic) so a CNN has something to convolve, and saved
     as RGB JPEGs because that is what users upload.
@@ -39,10 +41,12 @@ def write_digits(root: Path, *, size: int = DEFAULT_SIZE, limit: int | None = No
     digits = load_digits()
     images = np.asarray(digits.images)
     targets = np.asarray(digits.target)
-    count = len(images) if limit is None else min(limit, len(images))
+    if not 0 <= start < len(images):
+        raise ValueError(f"start must be within the {len(images)} digits, got {start}")
+    stop = len(images) if limit is None else min(start + limit, len(images))
     files: list[Path] = []
     per_label: Counter[str] = Counter()
-    for index in range(count):
+    for index in range(start, stop):
         label = LABELS[int(targets[index])]
         pixels = np.clip(images[index] * (255.0 / DIGITS_MAX), 0, 255).astype(np.uint8)
         image = Image.fromarray(pixels, mode="L").resize((size, size), Image.Resampling.BICUBIC)

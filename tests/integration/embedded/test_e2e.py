@@ -3,7 +3,9 @@
 The project's own template.yaml, state machine, Lambda handlers and training_image/ run on the embedded
 stack: ingest -> dispatch -> FSx import -> tuning (3 trials, 2 in parallel, each interrupted once on
 spot and resumed from its checkpoint) -> rule check -> evaluation (also of checkpoints) -> gate ->
-registry -> notification. The injected faults are test_e2e_faults.py's subject.
+registry -> notification. Then the stack stops, a new one starts from the same state directory, and a
+second upload's run warm-starts its tuning from the first run's tuning job. The injected faults are
+test_e2e_faults.py's subject.
 """
 
 from __future__ import annotations
@@ -12,19 +14,49 @@ from pathlib import Path
 
 import pytest
 
+from controller import names, runs
 from retrain.embedded.faults import Faults
-from tests.integration.embedded.flow import IMAGES, Finished, lock_holder, run_to_the_end
+from tests.integration.embedded.flow import DATASET, IMAGES, Finished, lock_holder, run_to_the_end
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
+LATER_IMAGES = 60
+QUICK = {"CheckpointEvaluationEvery": "0"}
 
-def test_an_upload_alone_runs_the_whole_flow_to_a_registered_model(tmp_path: Path) -> None:
-    # One test, one stack (a module-scoped stack could outlive its tests beside other stacks' tests
-    # under xdist): the three checks below read the same finished run.
+
+def test_an_upload_alone_runs_the_whole_flow_and_a_later_run_warm_starts_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    # One test, one stack at a time (a module-scoped stack could outlive its tests beside other stacks'
+    # tests under xdist): the first three checks read the same finished run.
     with run_to_the_end(tmp_path / "state", tmp_path / "images", Faults()) as happy:
         _ends_registered_with_the_lock_released(happy)
         _tuning_ran_three_trials_two_at_a_time_each_resumed_after_a_spot_interruption(happy)
         _the_run_record_holds_every_field(happy)
+    first = happy.record
+
+    # A new stack process from the same state directory (a second `retrain demo`), more digits uploaded.
+    with run_to_the_end(
+        tmp_path / "state", tmp_path / "more", Faults(), start=IMAGES, count=LATER_IMAGES, overrides=QUICK
+    ) as later:
+        tuning = later.stack.client("sagemaker").describe_hyper_parameter_tuning_job(
+            HyperParameterTuningJobName=later.record["tuning_job"]
+        )
+        known = {
+            r["run_id"]
+            for r in runs.list_runs(
+                table_name=later.outputs[names.STACK_OUTPUTS["runs_table"]],
+                dataset=DATASET,
+                client=later.stack.client("dynamodb"),
+            )
+        }
+
+    assert later.record["status"] in ("SUCCEEDED", "REJECTED"), later.record.get("failure")
+    assert later.record["new_images"] == LATER_IMAGES
+    assert first["run_id"] in known  # the first run's record outlived its stack
+    parents = tuning["WarmStartConfig"]["ParentHyperParameterTuningJobs"]
+    assert [p["HyperParameterTuningJobName"] for p in parents] == [first["tuning_job"]]
+    assert later.record["tuning_job"] != first["tuning_job"]
 
 
 def _ends_registered_with_the_lock_released(happy: Finished) -> None:

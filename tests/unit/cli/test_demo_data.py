@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import pytest
 from PIL import Image
 
 from retrain.demo_data import LABELS, batches, write_digits, write_mistakes
@@ -24,6 +25,21 @@ def test_every_digit_class_is_written(tmp_path):
     # THEN all ten labels have their images
     assert sorted(dataset.per_label) == sorted(LABELS)
     assert sorted(p.name for p in (tmp_path / "zero").iterdir()) == ["digit-0000.jpg", "digit-0010.jpg"]
+
+
+def test_a_later_slice_writes_other_digits_under_other_names(tmp_path):
+    # GIVEN the first 20 digits written WHEN the next 15 are written beside them
+    first = write_digits(tmp_path / "a", size=8, limit=20)
+    later = write_digits(tmp_path / "b", size=8, limit=15, start=20)
+    # THEN the names do not overlap (a second upload is new objects, not overwrites)
+    assert len(later.files) == 15
+    assert not {p.name for p in first.files} & {p.name for p in later.files}
+    assert min(p.name for p in later.files) == "digit-0020.jpg"
+
+
+def test_a_start_outside_the_digits_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="start must be within the 1797 digits"):
+        write_digits(tmp_path, start=1797)
 
 
 def test_batches_split_evenly_and_keep_every_file():
