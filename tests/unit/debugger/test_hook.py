@@ -27,6 +27,21 @@ def test_hook_saves_losses_and_gradient_summaries_at_the_interval(tmp_path: Path
     assert trial.tensor(gradient).reduction_value(4, "l2", abs=False) > 0
 
 
+def test_hook_watches_the_weight_matrices_not_the_biases(tmp_path: Path) -> None:
+    # GIVEN a run of an MLP (two Linear layers: 2-D weights and 1-D biases) with the hook
+    paths = train_with_hook(tmp_path, steps=2, interval=1, eval_every=2)
+
+    # WHEN its tensors are read back
+    trial = create_trial(str(paths.tensors_dir))
+
+    # THEN the gradients and weights saved are those of the two weight matrices only
+    assert sorted(trial.tensor_names(collection="gradients")) == [
+        "gradient/Sequential_0.weight",
+        "gradient/Sequential_2.weight",
+    ]
+    assert sorted(trial.tensor_names(collection="weights")) == ["Sequential_0.weight", "Sequential_2.weight"]
+
+
 def test_hook_is_off_when_the_hyperparameter_says_so(tmp_path: Path) -> None:
     # GIVEN debug-hook false
     paths = paths_under(tmp_path)
