@@ -125,27 +125,30 @@ def eval_transform(image: Image.Image, image_size: int) -> torch.Tensor:
 
 class PlantedDelay:
     """Fault injection (`inject-loader-delay-ms`): a loader that starves the step. Before each batch it
-    sleeps `delay_ms`, and at least `DOMINANCE` times the consumer's time since the previous batch, so
-    data wait stays most of every step however busy the machine makes the compute."""
+    sleeps `delay_ms`, and at least `DOMINANCE` times the consumer's last step (the time between two
+    hand-overs inside an epoch), so data wait stays most of every step however busy the machine makes
+    the compute. Only a process's first batch, before any step was seen, gets the plain delay."""
 
-    DOMINANCE = 3.0
+    DOMINANCE = 4.0
 
     def __init__(self, delay_ms: int) -> None:
         self.delay_s = delay_ms / 1000.0
         self._handed_at: float | None = None
+        self._step_s = 0.0
 
     def __bool__(self) -> bool:
         return self.delay_s > 0
 
     def start_epoch(self) -> None:
-        """Forget the last hand-over: evaluation between epochs is not the consumer's step."""
+        """The time until the next batch holds evaluation, not a step: do not measure it."""
         self._handed_at = None
 
     def wait(self) -> None:
         if not self:
             return
-        consumer_s = 0.0 if self._handed_at is None else time.monotonic() - self._handed_at
-        time.sleep(max(self.delay_s, self.DOMINANCE * consumer_s))
+        if self._handed_at is not None:
+            self._step_s = time.monotonic() - self._handed_at
+        time.sleep(max(self.delay_s, self.DOMINANCE * self._step_s))
         self._handed_at = time.monotonic()
 
 

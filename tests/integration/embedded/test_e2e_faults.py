@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 # The end state is the subject here, not the model or its curve: fewer images (still 9 steps, enough
 # for the planted bottleneck's patience of 5), no checkpoint evaluations.
-FAULT_IMAGES = 100
+FAULT_IMAGES = 150
 QUICK = {"CheckpointEvaluationEvery": "0"}
 
 
