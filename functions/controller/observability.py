@@ -7,5 +7,7 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from controller import names
 
 logger = Logger()
-tracer = Tracer()
+# Every call the handlers make goes through botocore; patching only it keeps X-Ray from importing and
+# patching whatever else the package holds (patch_all tries 14 libraries, sqlalchemy among them).
+tracer = Tracer(patch_modules=("botocore",))
 metrics = Metrics(namespace=names.METRICS_NAMESPACE)
