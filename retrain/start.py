@@ -1,6 +1,6 @@
 """Start a run by hand: StartExecution of the stack's state machine with the control plane's documented
-manual-start input (`controller/prepare.py`; the state machine's first state validates it). The execution
-name becomes the run id."""
+manual-start input (its schema: `controller/run_request.py`; the state machine's first state validates
+it). The execution name becomes the run id."""
 
 from __future__ import annotations
 

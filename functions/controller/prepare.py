@@ -1,17 +1,6 @@
 """The state machine's first step: validate the run request, hold the data set's lock, freeze the manifest.
 
-Execution input (what the dispatcher sends, and what a person may send to StartExecution):
-
-    {"dataset": "flowers",                      # required: data/<dataset>/ in the data bucket
-     "overrides": {                              # all optional; unset ones keep the stack's parameters
-        "max_jobs": 4, "parallel_jobs": 2,       # tuning budget
-        "instance_type": "ml.g5.2xlarge", "instance_count": 1,
-        "evaluation_instance_type": "ml.m5.xlarge",
-        "epochs": 5, "image_size": 224, "batch_size": 32, "model": "resnet18",
-        "spot": false, "max_runtime_seconds": 3600, "max_wait_seconds": 7200,
-        "tuning_strategy": "Bayesian", "final_training": true, "data_source": "s3",
-        "hyperparameters": {"lr": 0.01, "optimizer": "sgd"}}}   # fixed: skip tuning, train once
-
+The execution input is a run request (controller/run_request.py has its schema and an example).
 The execution name becomes the run id. The result is the run context every later state reads ($.run).
 """
 
@@ -21,15 +10,15 @@ import hashlib
 import json
 import re
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import boto3
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from controller import container, datasets, ledger, names, runs
 from controller.config import Config, get_config
 from controller.errors import ConfigurationError, DatasetBusyError, InvalidRunInputError, NotEnoughDataError
 from controller.observability import logger, tracer
+from controller.run_request import parse_request
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -39,62 +28,6 @@ if TYPE_CHECKING:
 MIN_LABELS = 2
 MAX_IMPORT_PATHS = 100  # CreateDataRepositoryTask's limit on Paths
 JOB_NAME_RE = re.compile(r"[^a-zA-Z0-9-]")
-InstanceType = Annotated[str, Field(pattern=r"^ml\.[a-z0-9]+\.[a-z0-9]+$")]
-
-
-class Overrides(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    max_jobs: int | None = Field(default=None, ge=1, le=500)
-    parallel_jobs: int | None = Field(default=None, ge=1, le=100)
-    instance_type: InstanceType | None = None
-    instance_count: int | None = Field(default=None, ge=1, le=64)
-    evaluation_instance_type: InstanceType | None = None
-    epochs: int | None = Field(default=None, ge=1, le=10_000)
-    image_size: int | None = Field(default=None, ge=16, le=1024)
-    batch_size: int | None = Field(default=None, ge=1, le=4096)
-    model: Literal["resnet18", "resnet34", "resnet50"] | None = None
-    spot: bool | None = None
-    max_runtime_seconds: int | None = Field(default=None, ge=60, le=28 * 86400)
-    max_wait_seconds: int | None = Field(default=None, ge=60, le=28 * 86400)
-    tuning_strategy: Literal["Bayesian", "Random"] | None = None
-    final_training: bool | None = None
-    data_source: Literal["fsx", "s3"] | None = None
-    hyperparameters: dict[str, str | int | float | bool] | None = None
-
-    @field_validator("hyperparameters")
-    @classmethod
-    def _known_names(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value is not None:
-            unknown = sorted(set(value) - set(container.HYPERPARAMETER_NAMES))
-            if unknown:
-                raise ValueError(
-                    f"unknown hyperparameters {unknown}; known: {', '.join(container.HYPERPARAMETER_NAMES)}"
-                )
-        return value
-
-
-class RunRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    dataset: str = Field(min_length=1, max_length=names.MAX_DATASET_LENGTH, pattern=names.DATASET_RE.pattern)
-    run_id: str | None = None
-    trigger: Literal["schedule", "upload", "manual"] = "manual"
-    overrides: Overrides = Overrides()
-
-
-def parse_request(raw: Any) -> RunRequest:
-    """The execution input as a RunRequest, or InvalidRunInputError listing every problem."""
-    try:
-        return RunRequest.model_validate(raw)
-    except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']}" for e in error.errors()
-        )
-        raise InvalidRunInputError(
-            f"the execution input is not a valid run request ({problems}). Expected "
-            '{"dataset": "<name>", "overrides": {...}}; see controller/prepare.py for every override.'
-        ) from None
 
 
 def job_names(dataset: str, execution_arn: str) -> dict[str, str]:
@@ -110,11 +43,8 @@ def job_names(dataset: str, execution_arn: str) -> dict[str, str]:
     }
 
 
-def _settings(config: Config, overrides: Overrides) -> dict[str, Any]:
-    settings = dict(config.settings)
-    for key, value in overrides.model_dump(exclude_none=True).items():
-        settings[key] = value
-    return settings
+def _settings(config: Config, overrides: dict[str, Any]) -> dict[str, Any]:
+    return {**config.settings, **{k: v for k, v in overrides.items() if v is not None}}
 
 
 def _split(value: Any) -> list[str]:
@@ -277,7 +207,7 @@ def prepare(
         container.HP_CHECKPOINT_EVERY: str(settings.get("checkpoint_every_steps", 50)),
         container.HP_CROP_SCALE_MIN: str(settings.get("crop_scale_min", 0.08)),
     }
-    fixed = request.overrides.hyperparameters
+    fixed = request.overrides.get("hyperparameters")
     hyperparameters = {**static, **{k: _hp(v) for k, v in (fixed or {}).items()}}
     champion = state.get("champion") or {}
     parent = state.get("last_tuning_job")

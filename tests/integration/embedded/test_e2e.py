@@ -21,7 +21,8 @@ from tests.integration.embedded.flow import DATASET, IMAGES, Finished, lock_hold
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 LATER_IMAGES = 60
-QUICK = {"CheckpointEvaluationEvery": "0"}
+# The second run's subject is the warm start: one epoch, two trials at once, no checkpoint evaluations.
+QUICK = {"CheckpointEvaluationEvery": "0", "Epochs": "1", "MaxTuningJobs": "2"}
 
 
 def test_an_upload_alone_runs_the_whole_flow_and_a_later_run_warm_starts_after_a_restart(

@@ -15,10 +15,10 @@ from tests.integration.embedded.flow import lock_holder, run_to_the_end
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-# The end state is the subject here, not the model or its curve: fewer images (still 9 steps, enough
-# for the planted bottleneck's patience of 5), no checkpoint evaluations.
+# The end state is the subject here, not the model or its curve: fewer images and epochs (still ~8
+# steps, enough for the planted bottleneck's patience of 5), no checkpoint evaluations.
 FAULT_IMAGES = 150
-QUICK = {"CheckpointEvaluationEvery": "0"}
+QUICK = {"CheckpointEvaluationEvery": "0", "Epochs": "2"}
 
 
 @pytest.mark.parametrize(

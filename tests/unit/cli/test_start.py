@@ -8,7 +8,7 @@ import pytest
 from moto import mock_aws
 
 from controller import runs
-from controller.prepare import parse_request
+from controller.run_request import parse_request
 from retrain.collect import collect
 from retrain.deployment import connect
 from retrain.errors import RunFailedError
@@ -27,9 +27,9 @@ def test_the_manual_input_is_what_the_control_plane_accepts():
     request = parse_request(json.loads(json.dumps(start_input("flowers", overrides))))
     # THEN it is valid and carries each override
     assert request.dataset == "flowers" and request.trigger == "manual"
-    assert request.overrides.max_jobs == 4 and request.overrides.model == "resnet34"
-    assert request.overrides.spot is False
-    assert request.overrides.hyperparameters == {"lr": "0.01", "optimizer": "sgd"}
+    assert request.overrides["max_jobs"] == 4 and request.overrides["model"] == "resnet34"
+    assert request.overrides["spot"] is False
+    assert request.overrides["hyperparameters"] == {"lr": "0.01", "optimizer": "sgd"}
 
 
 def test_no_overrides_sends_only_the_dataset():

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from controller import checkpoint_eval, datasets, gate, names, prepare, record_failure, runs
+from controller import checkpoint_eval, datasets, gate, names, prepare, record_failure, run_request, runs
 from controller.errors import DatasetBusyError, ImportFailedError, InvalidRunInputError, NotEnoughDataError
 from tests.unit.functions.support import object_created, sqs_event
 
@@ -31,20 +31,22 @@ def _prepare(aws, config, run_input, name="run-1"):
 @pytest.mark.parametrize(
     ("run_input", "words"),
     [
-        ({}, ["dataset", "Field required"]),
-        ({"dataset": "a/b"}, ["dataset", "pattern"]),
-        ({"dataset": "ok", "overrides": {"epochs": 0}}, ["overrides.epochs", "greater than or equal to 1"]),
+        ({}, ["input must contain ['dataset']"]),
+        ({"dataset": "a/b"}, ["input.dataset", "pattern"]),
+        ({"dataset": "ok", "overrides": {"epochs": 0}}, ["input.overrides.epochs", "bigger than or equal"]),
         (
             {"dataset": "ok", "overrides": {"hyperparameters": {"learning_rate": 1}}},
-            ["unknown hyperparameters"],
+            ["{'learning_rate'}", "Known hyperparameters: model,"],
         ),
-        ({"dataset": "ok", "overrides": {"instance_type": "p3.2xlarge"}}, ["overrides.instance_type"]),
-        ({"dataset": "ok", "extra": 1}, ["extra", "Extra inputs are not permitted"]),
+        ({"dataset": "ok", "overrides": {"instance_type": "p3.2xlarge"}}, ["input.overrides.instance_type"]),
+        ({"dataset": "ok", "extra": 1}, ["input must not contain {'extra'}"]),
+        ({"dataset": "ok", "overrides": {"spot": "no"}}, ["input.overrides.spot must be boolean"]),
+        ("flowers", ["input must be object"]),
     ],
 )
 def test_an_invalid_run_request_names_each_problem(run_input, words):
     with pytest.raises(InvalidRunInputError) as error:
-        prepare.parse_request(run_input)
+        run_request.parse_request(run_input)
     for word in words:
         assert word in str(error.value)
 

@@ -1,0 +1,114 @@
+"""The execution input of a run, as a JSON Schema: what the dispatcher sends and a person may send to
+StartExecution (README "Manual start"). Prepare, the state machine's first step, checks every input
+against it with Powertools' validation utility (fastjsonschema).
+
+    {"dataset": "flowers",                      # required: data/<dataset>/ in the data bucket
+     "overrides": {                              # all optional; unset ones keep the stack's parameters
+        "max_jobs": 4, "parallel_jobs": 2,       # tuning budget
+        "instance_type": "ml.g5.2xlarge", "instance_count": 1,
+        "evaluation_instance_type": "ml.m5.xlarge",
+        "epochs": 5, "image_size": 224, "batch_size": 32, "model": "resnet18",
+        "spot": false, "max_runtime_seconds": 3600, "max_wait_seconds": 7200,
+        "tuning_strategy": "Bayesian", "final_training": true, "data_source": "s3",
+        "hyperparameters": {"lr": 0.01, "optimizer": "sgd"}}}   # fixed: skip tuning, train once
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from aws_lambda_powertools.utilities.validation import SchemaValidationError, validate
+
+from controller import container, names
+from controller.errors import InvalidRunInputError
+
+TRIGGERS: Final = ("schedule", "upload", "manual")
+MODELS: Final = ("resnet18", "resnet34", "resnet50")
+TUNING_STRATEGIES: Final = ("Bayesian", "Random")
+DATA_SOURCES: Final = ("fsx", "s3")
+MAX_SECONDS: Final = 28 * 86400  # SageMaker's MaxRuntimeInSeconds ceiling
+
+
+def _integer(minimum: int, maximum: int) -> dict[str, Any]:
+    return {"type": "integer", "minimum": minimum, "maximum": maximum}
+
+
+_INSTANCE_TYPE: Final = {"type": "string", "pattern": r"^ml\.[a-z0-9]+\.[a-z0-9]+$"}
+
+OVERRIDES_SCHEMA: Final[dict[str, Any]] = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "max_jobs": _integer(1, 500),
+        "parallel_jobs": _integer(1, 100),
+        "instance_type": _INSTANCE_TYPE,
+        "instance_count": _integer(1, 64),
+        "evaluation_instance_type": _INSTANCE_TYPE,
+        "epochs": _integer(1, 10_000),
+        "image_size": _integer(16, 1024),
+        "batch_size": _integer(1, 4096),
+        "model": {"enum": list(MODELS)},
+        "spot": {"type": "boolean"},
+        "max_runtime_seconds": _integer(60, MAX_SECONDS),
+        "max_wait_seconds": _integer(60, MAX_SECONDS),
+        "tuning_strategy": {"enum": list(TUNING_STRATEGIES)},
+        "final_training": {"type": "boolean"},
+        "data_source": {"enum": list(DATA_SOURCES)},
+        "hyperparameters": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                name: {"type": ["string", "number", "boolean"]} for name in container.HYPERPARAMETER_NAMES
+            },
+        },
+    },
+}
+
+RUN_REQUEST_SCHEMA: Final[dict[str, Any]] = {
+    "$schema": "http://json-schema.org/draft-07/schema#",
+    "title": "retrain run request (Step Functions execution input)",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["dataset"],
+    "properties": {
+        "dataset": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": names.MAX_DATASET_LENGTH,
+            "pattern": names.DATASET_RE.pattern,
+        },
+        "run_id": {"type": ["string", "null"]},
+        "trigger": {"enum": list(TRIGGERS)},
+        "overrides": OVERRIDES_SCHEMA,
+    },
+}
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    dataset: str
+    run_id: str | None = None
+    trigger: str = "manual"
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_request(raw: Any) -> RunRequest:
+    """The execution input as a RunRequest, or InvalidRunInputError naming the field and the rule."""
+    try:
+        validate(event=raw, schema=RUN_REQUEST_SCHEMA)
+    except SchemaValidationError as error:
+        problem = str(error.validation_message or error).replace("data", "input", 1)
+        hint = ""
+        if str(error.name or "").endswith(".hyperparameters"):
+            hint = f" Known hyperparameters: {', '.join(container.HYPERPARAMETER_NAMES)}."
+        raise InvalidRunInputError(
+            f"the execution input is not a valid run request: {problem}.{hint} Expected "
+            '{"dataset": "<name>", "overrides": {...}}; the schema is controller/run_request.py.'
+        ) from None
+    return RunRequest(
+        dataset=raw["dataset"],
+        run_id=raw.get("run_id"),
+        trigger=raw.get("trigger", "manual"),
+        overrides=dict(raw.get("overrides") or {}),
+    )
