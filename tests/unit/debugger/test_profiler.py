@@ -48,3 +48,22 @@ def test_a_truncated_last_line_is_skipped(tmp_path: Path) -> None:
 def test_a_non_positive_interval_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="interval"):
         profiler.SystemProfiler(tmp_path, interval_s=0)
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_samples_hold_its_utilisation_and_memory(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    # GIVEN the GPU busy with matrix products for ~2 s while the profiler samples it through NVML
+    a = torch.randn(4096, 4096, device="cuda")
+    with profiler.SystemProfiler(tmp_path, interval_s=0.2):
+        until = time.monotonic() + 2
+        while time.monotonic() < until:
+            a = (a @ a).clamp_(-1, 1)
+        torch.cuda.synchronize()
+    # THEN every sample has the device's utilisation and memory, and some saw it working
+    gpus = [sample["gpus"] for sample in profiler.read_profile(tmp_path).system]
+    assert gpus and all(len(g) == torch.cuda.device_count() for g in gpus)
+    assert max(g[0]["utilization_percent"] for g in gpus) > 0
+    assert all(0 < g[0]["memory_used_mb"] <= g[0]["memory_total_mb"] for g in gpus)
