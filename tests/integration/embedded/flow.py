@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -42,9 +43,12 @@ def run_to_the_end(
     count: int = IMAGES,
     start: int = 0,
     overrides: dict[str, str] | None = None,
+    keep_state: bool = False,
 ) -> Iterator[Finished]:
     """Upload digits [start, start + count), wait for a run the state directory did not hold before to
-    end; the stack stops when the block ends, whatever happened."""
+    end; the stack stops when the block ends, whatever happened. When the block passes, the state
+    directory (gigabytes of job trees, checkpoints and snapshots) is removed unless `keep_state`; a
+    failed test keeps it for its post-mortem."""
     files = demo_data.write_digits(images, limit=count, start=start).files
     # A few hundred images for a few epochs train a weak model: the quality bar is the gate's own tests'
     # subject, here the path through the gate to the registry is.
@@ -74,6 +78,8 @@ def run_to_the_end(
             time.sleep(2)
         assert record is not None, f"no finished run after {RUN_TIMEOUT_SECONDS} s"
         yield Finished(stack, outputs, record)
+    if not keep_state:  # reached only when the block raised nothing
+        shutil.rmtree(state_dir, ignore_errors=True)
 
 
 def lock_holder(finished: Finished) -> Any:

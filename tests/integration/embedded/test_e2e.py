@@ -30,7 +30,7 @@ def test_an_upload_alone_runs_the_whole_flow_and_a_later_run_warm_starts_after_a
 ) -> None:
     # One test, one stack at a time (a module-scoped stack could outlive its tests beside other stacks'
     # tests under xdist): the first three checks read the same finished run.
-    with run_to_the_end(tmp_path / "state", tmp_path / "images", Faults()) as happy:
+    with run_to_the_end(tmp_path / "state", tmp_path / "images", Faults(), keep_state=True) as happy:
         _ends_registered_with_the_lock_released(happy)
         _tuning_ran_three_trials_two_at_a_time_each_resumed_after_a_spot_interruption(happy)
         _the_run_record_holds_every_field(happy)
