@@ -94,16 +94,14 @@ class RunRequest:
 
 
 def parse_request(raw: Any) -> RunRequest:
-    """The execution input as a RunRequest, or InvalidRunInputError naming the field and the rule."""
+    """The execution input as a RunRequest, or InvalidRunInputError naming every field that breaks the
+    schema and the rule it breaks."""
     try:
         validate(event=raw, schema=RUN_REQUEST_SCHEMA)
-    except SchemaValidationError as error:
-        problem = str(error.validation_message or error).replace("data", "input", 1)
-        hint = ""
-        if str(error.name or "").endswith(".hyperparameters"):
-            hint = f" Known hyperparameters: {', '.join(container.HYPERPARAMETER_NAMES)}."
+    except SchemaValidationError:
+        problems = problems_of(raw, RUN_REQUEST_SCHEMA, "input")
         raise InvalidRunInputError(
-            f"the execution input is not a valid run request: {problem}.{hint} Expected "
+            f"the execution input is not a valid run request: {'; '.join(problems)}. Expected "
             '{"dataset": "<name>", "overrides": {...}}; the schema is controller/run_request.py.'
         ) from None
     return RunRequest(
@@ -112,3 +110,22 @@ def parse_request(raw: Any) -> RunRequest:
         trigger=raw.get("trigger", "manual"),
         overrides=dict(raw.get("overrides") or {}),
     )
+
+
+def problems_of(value: Any, schema: dict[str, Any], path: str) -> list[str]:
+    """Every violation, a field at a time (fastjsonschema stops at the first): objects are walked
+    through their properties, every other value is checked against its own subschema."""
+    properties = schema.get("properties")
+    if properties is None or not isinstance(value, dict):
+        try:
+            validate(event=value, schema=schema)
+        except SchemaValidationError as error:
+            return [str(error.validation_message or error).replace("data", path, 1)]
+        return []
+    problems = [f"{path} must contain {name!r}" for name in schema.get("required", []) if name not in value]
+    for name, item in value.items():
+        if name in properties:
+            problems += problems_of(item, properties[name], f"{path}.{name}")
+        elif schema.get("additionalProperties") is False:
+            problems.append(f"{path}.{name} is not a known field (known: {', '.join(properties)})")
+    return problems

@@ -31,15 +31,16 @@ def _prepare(aws, config, run_input, name="run-1"):
 @pytest.mark.parametrize(
     ("run_input", "words"),
     [
-        ({}, ["input must contain ['dataset']"]),
+        ({}, ["input must contain 'dataset'"]),
         ({"dataset": "a/b"}, ["input.dataset", "pattern"]),
         ({"dataset": "ok", "overrides": {"epochs": 0}}, ["input.overrides.epochs", "bigger than or equal"]),
         (
             {"dataset": "ok", "overrides": {"hyperparameters": {"learning_rate": 1}}},
-            ["{'learning_rate'}", "Known hyperparameters: model,"],
+            ["input.overrides.hyperparameters.learning_rate is not a known field", "known: model,"],
         ),
         ({"dataset": "ok", "overrides": {"instance_type": "p3.2xlarge"}}, ["input.overrides.instance_type"]),
-        ({"dataset": "ok", "extra": 1}, ["input must not contain {'extra'}"]),
+        ({"dataset": "ok", "extra": 1}, ["input.extra is not a known field"]),
+        ({"dataset": "a/b", "overrides": {"epochs": 0}}, ["input.dataset must", "input.overrides.epochs"]),
         ({"dataset": "ok", "overrides": {"spot": "no"}}, ["input.overrides.spot must be boolean"]),
         ("flowers", ["input must be object"]),
     ],
