@@ -20,7 +20,9 @@ from PIL import Image
 
 import contract
 
-pytestmark = [pytest.mark.slow]
+# One xdist group: one worker runs this module's tests in order on its module-scoped fixture
+# (some read what an earlier test made there).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("training-resume")]
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "training_image" / "train.py"
