@@ -24,9 +24,7 @@ from PIL import Image
 import contract
 from retrain.embedded.sagemaker import INTERRUPTIONS_FIELD, SageMakerEmulator, SpotSchedule, api_installed
 
-# One xdist group: one worker runs this module's tests in order on its module-scoped fixture
-# (some read what an earlier test made there).
-pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.xdist_group("sagemaker-emulator")]
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 BUCKET = "retrain-emulator-integration"
 ROLE = "arn:aws:iam::123456789012:role/retrain-training"

@@ -20,9 +20,7 @@ from PIL import Image
 
 import contract
 
-# One xdist group: one worker runs this module's tests in order on its module-scoped fixture
-# (some read what an earlier test made there).
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("training-resume")]
+pytestmark = [pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "training_image" / "train.py"

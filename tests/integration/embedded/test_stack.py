@@ -12,9 +12,7 @@ import pytest
 from retrain.embedded import provision
 from retrain.embedded.stack import EmbeddedStack
 
-# One xdist group: one worker runs this module's tests in order on its module-scoped fixture
-# (some read what an earlier test made there).
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("embedded-stack")]
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 FIXTURE = Path(__file__).resolve().parent / "stack_fixture" / "template.yaml"
 STACK = "fixture"
