@@ -18,6 +18,7 @@ import boto3
 import numpy as np
 import psutil
 import pytest
+from botocore.exceptions import ClientError
 from moto.server import ThreadedMotoServer
 from PIL import Image
 
@@ -145,9 +146,14 @@ def test_real_training_job_produces_model_and_metrics(stack: dict[str, Any]) -> 
 
 
 def test_real_evaluation_processing_job_scores_the_trained_model(stack: dict[str, Any]) -> None:
-    # GIVEN the model the training job above wrote, and the images
+    # GIVEN the model the training job above wrote (made here when pytest-xdist ran that test on the
+    # other worker, whose module stack this one does not share), and the images
     sagemaker = stack["sagemaker"]
-    wait_training(sagemaker, "real-train")
+    try:
+        sagemaker.describe_training_job(TrainingJobName="real-train")
+    except ClientError:
+        sagemaker.create_training_job(TrainingJobName="real-train", **definition())
+    assert wait_training(sagemaker, "real-train")["TrainingJobStatus"] == "Completed"
 
     # WHEN the real evaluate.py runs as a processing job over them, as the state machine calls it
     sagemaker.create_processing_job(
