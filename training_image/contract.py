@@ -232,6 +232,6 @@ def run_reporting_failure(
             write_failure(paths, f"{invalid}: {' '.join(argv or sys.argv[1:])}")
         raise
     except Exception as error:
-        logging.getLogger(sys.argv[0]).exception("the job failed")
+        logging.getLogger(__name__).exception("the job failed")
         write_failure(paths, f"{type(error).__name__}: {error}")
         return 1
