@@ -125,16 +125,19 @@ def eval_transform(image: Image.Image, image_size: int) -> torch.Tensor:
 
 class PlantedDelay:
     """Fault injection (`inject-loader-delay-ms`): a loader that starves the step. Before each batch it
-    sleeps `delay_ms`, and at least `DOMINANCE` times the consumer's last step (the time between two
-    hand-overs inside an epoch), so data wait stays most of every step however busy the machine makes
-    the compute. Only a process's first batch, before any step was seen, gets the plain delay."""
+    sleeps `delay_ms`, and at least `DOMINANCE` times the longest of the consumer's last `WINDOW` steps
+    (the time between two hand-overs inside an epoch), so data wait stays most of every step however
+    busy the machine makes the compute. The steps seen go into the loader's state, so an epoch's first
+    batch and a resumed job's first batch are starved like the rest; only a new job's first batch, before
+    any step was seen, gets the plain delay."""
 
     DOMINANCE = 4.0
+    WINDOW = 5
 
     def __init__(self, delay_ms: int) -> None:
         self.delay_s = delay_ms / 1000.0
+        self.recent_steps_s: list[float] = []
         self._handed_at: float | None = None
-        self._step_s = 0.0
 
     def __bool__(self) -> bool:
         return self.delay_s > 0
@@ -143,13 +146,22 @@ class PlantedDelay:
         """The time until the next batch holds evaluation, not a step: do not measure it."""
         self._handed_at = None
 
+    def sleep_s(self) -> float:
+        return max([self.delay_s, *(self.DOMINANCE * s for s in self.recent_steps_s)])
+
     def wait(self) -> None:
         if not self:
             return
         if self._handed_at is not None:
-            self._step_s = time.monotonic() - self._handed_at
-        time.sleep(max(self.delay_s, self.DOMINANCE * self._step_s))
+            self.recent_steps_s = [*self.recent_steps_s, time.monotonic() - self._handed_at][-self.WINDOW :]
+        time.sleep(self.sleep_s())
         self._handed_at = time.monotonic()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"planted_recent_steps_s": list(self.recent_steps_s)} if self else {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.recent_steps_s = [float(s) for s in state.get("planted_recent_steps_s", [])][-self.WINDOW :]
 
 
 class _EpochDataset(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
@@ -243,6 +255,7 @@ class BatchLoader:
             "num_samples": len(self.samples),
             "epoch": self.position[0],
             "next_batch": self.position[1],
+            **self.delay.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -254,6 +267,7 @@ class BatchLoader:
                 "the data or seed changed since the checkpoint; start a new training job"
             )
         self.position = (int(state["epoch"]), int(state["next_batch"]))
+        self.delay.load_state_dict(state)
 
 
 class TorchLoader(BatchLoader):

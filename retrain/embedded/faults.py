@@ -30,9 +30,9 @@ FAULT_NAMES: Final = (
     "rule-finds-issues",
     "loader-delay-ms:N",
 )
-# A planted slow loader (the container sleeps this long per batch, and at least 4x the last step,
-# so data wait is most of every step on any machine): the rule check's CPUBottleneck rule (data wait
-# > 50% of step time) fires. `rule-finds-issues:MS` sets another delay.
+# A planted slow loader (the container sleeps this long per batch, and at least 4x the longest of its
+# last steps, so data wait is most of every step on any machine): the rule check's CPUBottleneck rule
+# (data wait > 50% of step time) fires. `rule-finds-issues:MS` sets another delay.
 RULE_FINDS_ISSUES_DELAY_MS: Final = 1000
 # The system rules wait for 1,000 data points, as the managed ones do; a short emulated run has ~100
 # steps, so a run with a planted loader delay lowers the stack's SystemRulePatience to let them conclude.

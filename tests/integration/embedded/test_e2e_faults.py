@@ -22,16 +22,18 @@ QUICK = {"CheckpointEvaluationEvery": "0", "Epochs": "2"}
 
 
 @pytest.mark.parametrize(
-    ("fault", "status", "error"),
+    ("fault", "status", "error", "found_by"),
     [
-        ("import-fails", "FAILED", "ImportFailedError"),
-        ("resource-limit:2", "SUCCEEDED", None),
-        ("kill-checkpoint-write", "SUCCEEDED", None),
-        ("rule-finds-issues", "REJECTED", None),
+        ("import-fails", "FAILED", "ImportFailedError", set()),
+        ("resource-limit:2", "SUCCEEDED", None, set()),
+        ("kill-checkpoint-write", "SUCCEEDED", None, set()),
+        # The planted slow loader, found by the rule that looks for it.
+        ("rule-finds-issues", "REJECTED", None, {"CPUBottleneck"}),
     ],
+    ids=["import-fails", "resource-limit", "kill-checkpoint-write", "rule-finds-issues"],
 )
 def test_an_injected_fault_ends_in_the_state_machines_state_with_the_lock_released(
-    tmp_path: Path, fault: str, status: str, error: str | None
+    tmp_path: Path, fault: str, status: str, error: str | None, found_by: set[str]
 ) -> None:
     with run_to_the_end(
         tmp_path / "state", tmp_path / "images", Faults.parse([fault]), count=FAULT_IMAGES, overrides=QUICK
@@ -40,3 +42,5 @@ def test_an_injected_fault_ends_in_the_state_machines_state_with_the_lock_releas
         if error is not None:
             assert finished.record["failure"]["error"] == error
         assert lock_holder(finished) is None
+        found = {r["rule"] for r in finished.record.get("rule_results", []) if r["status"] == "IssuesFound"}
+        assert found_by <= found, finished.record.get("rule_results")

@@ -146,6 +146,30 @@ def test_the_planted_delay_outlasts_a_slow_consumer_so_data_wait_dominates_every
     assert loaders.PlantedDelay.DOMINANCE * 0.1 <= waited < loaders.PlantedDelay.DOMINANCE * 0.5
 
 
+def test_a_resumed_loader_starves_its_first_step_with_the_steps_the_checkpoint_saw(
+    samples: list[data.Sample],
+) -> None:
+    # GIVEN a delayed loader whose consumer took ~100 ms steps, checkpointed mid-epoch
+    first = build(samples, delay_ms=10)
+    batches = first.epoch(0)
+    next(batches)
+    time.sleep(0.1)
+    next(batches)
+    state = first.state_dict()
+    assert len(state["planted_recent_steps_s"]) == 1
+    # WHEN a new process (a spot resume) loads that state and reads its first batch
+    resumed = build(samples, delay_ms=10)
+    resumed.load_state_dict(state)
+    started = time.perf_counter()
+    next(resumed.epoch(state["epoch"], start_batch=state["next_batch"]))
+    # THEN that batch waited DOMINANCE x the saved step, not the plain 10 ms
+    assert time.perf_counter() - started >= loaders.PlantedDelay.DOMINANCE * 0.1
+
+
+def test_a_loader_without_a_planted_delay_keeps_its_state_as_before(samples: list[data.Sample]) -> None:
+    assert "planted_recent_steps_s" not in build(samples).state_dict()
+
+
 def test_auto_picks_the_dataloader_without_a_gpu() -> None:
     assert loaders.resolve_kind("auto", CPU) == "torch"
     assert loaders.resolve_kind("dali", CPU) == "dali"
