@@ -117,7 +117,7 @@ def processing_request(
                 {
                     "OutputName": "evaluation",
                     "S3Output": {
-                        "S3Uri": artifact + names.checkpoint_eval_prefix(dataset, run_id, step),
+                        "S3Uri": artifact + names.checkpoint_eval_prefix(dataset, run_id, training_job, step),
                         "LocalPath": f"{PROCESSING}/output",
                         "S3UploadMode": "EndOfJob",
                     },
@@ -189,18 +189,23 @@ def on_job_done(
     if isinstance(tags, list):
         tags = {t["Key"]: t["Value"] for t in tags}
     dataset, run_id = tags.get(names.TAG_DATASET), tags.get(names.TAG_RUN_ID)
-    if not dataset or not run_id or names.TAG_CHECKPOINT_STEP not in tags:
+    training_job = tags.get(names.TAG_TRAINING_JOB)
+    if not dataset or not run_id or not training_job or names.TAG_CHECKPOINT_STEP not in tags:
         return {"action": "ignored", "reason": "not a checkpoint evaluation job"}
     step = int(tags[names.TAG_CHECKPOINT_STEP])
     point: runs.CheckpointEvaluation = {
         "step": step,
-        "training_job": str(tags.get(names.TAG_TRAINING_JOB, "")),
+        "training_job": str(training_job),
         "job": str(detail.get("ProcessingJobName", "")),
         "status": str(detail.get("ProcessingJobStatus", "")),
     }
     if point["status"] == "Completed":
-        uri = f"s3://{config.artifact_bucket}/{names.checkpoint_eval_prefix(dataset, run_id, step)}"
-        report = read_json(uri + container.EVALUATION_FILE, s3=s3, what=f"evaluation of step {step}")
+        prefix = names.checkpoint_eval_prefix(dataset, run_id, training_job, step)
+        report = read_json(
+            f"s3://{config.artifact_bucket}/{prefix}{container.EVALUATION_FILE}",
+            s3=s3,
+            what=f"evaluation of {training_job}'s step {step}",
+        )
         point["top1"] = float(report["top1"])
         point["top3"] = float(report.get("top3", report["top1"]))
     runs.append_checkpoint_evaluation(dataset, run_id, point, table_name=config.runs_table, client=dynamodb)

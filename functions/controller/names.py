@@ -70,8 +70,9 @@ def checkpoint_prefix(dataset: str, run_id: str) -> str:
     return f"{CHECKPOINTS_PREFIX}{dataset}/{run_id}/"
 
 
-def checkpoint_eval_prefix(dataset: str, run_id: str, step: int) -> str:
-    return f"{run_prefix(dataset, run_id)}checkpoint-evaluation/{step:09d}/"
+def checkpoint_eval_prefix(dataset: str, run_id: str, training_job: str, step: int) -> str:
+    """Where the evaluation of one trial's checkpoint lands (trials of a run reach the same steps)."""
+    return f"{run_prefix(dataset, run_id)}checkpoint-evaluation/{training_job}/{step:09d}/"
 
 
 CHECKPOINT_KEY_RE: Final = re.compile(

@@ -226,47 +226,64 @@ def test_every_nth_checkpoint_of_a_running_job_starts_an_evaluation(aws, config)
     )
 
 
-def test_a_finished_checkpoint_evaluation_adds_a_point_to_the_curve(aws, config):
-    # GIVEN a run and a completed evaluation of its step-100 checkpoint
+def test_finished_checkpoint_evaluations_of_two_trials_at_one_step_add_each_trials_own_point(aws, config):
+    # GIVEN a run whose two trials both checkpointed at step 100, each evaluated to its own accuracy
     runs.put_run(
         {"dataset": "flowers", "run_id": "flowers-00001", "status": "RUNNING"},
         table_name=aws.runs_table,
         client=aws.dynamodb,
     )
-    key = names.checkpoint_eval_prefix("flowers", "flowers-00001", 100) + "evaluation.json"
-    aws.s3.put_object(
-        Bucket=aws.artifact_bucket, Key=key, Body=json.dumps({"top1": 0.75, "top3": 0.9}).encode()
-    )
-    event = {
-        "detail-type": "SageMaker Processing Job State Change",
-        "source": "aws.sagemaker",
-        "detail": {
-            "ProcessingJobName": "rt-ckpt-x-000000100",
-            "ProcessingJobStatus": "Completed",
-            "Tags": {
-                names.TAG_DATASET: "flowers",
-                names.TAG_RUN_ID: "flowers-00001",
-                names.TAG_CHECKPOINT_STEP: "100",
-                names.TAG_TRAINING_JOB: "job-1",
+    scores = {"job-1": 0.75, "job-2": 0.25}
+    for trial, top1 in scores.items():
+        request = checkpoint_eval.processing_request(
+            name=checkpoint_eval.job_name(trial, 100),
+            dataset="flowers",
+            run_id="flowers-00001",
+            step=100,
+            training_job=trial,
+            checkpoint_uri=f"s3://{aws.artifact_bucket}/ckpt.pt",
+            config=config,
+        )
+        # (what the processing job writes to its output)
+        output = request["ProcessingOutputConfig"]["Outputs"][0]["S3Output"]["S3Uri"]
+        bucket, _, prefix = output.removeprefix("s3://").partition("/")
+        aws.s3.put_object(
+            Bucket=bucket,
+            Key=prefix + "evaluation.json",
+            Body=json.dumps({"top1": top1, "top3": 0.9}).encode(),
+        )
+    # WHEN both state-change events arrive
+    for trial in scores:
+        event = {
+            "detail-type": "SageMaker Processing Job State Change",
+            "source": "aws.sagemaker",
+            "detail": {
+                "ProcessingJobName": checkpoint_eval.job_name(trial, 100),
+                "ProcessingJobStatus": "Completed",
+                "Tags": {
+                    names.TAG_DATASET: "flowers",
+                    names.TAG_RUN_ID: "flowers-00001",
+                    names.TAG_CHECKPOINT_STEP: "100",
+                    names.TAG_TRAINING_JOB: trial,
+                },
             },
-        },
-    }
-    # WHEN the state-change event arrives
-    checkpoint_eval.evaluate_checkpoints(
-        event, config=config, dynamodb=aws.dynamodb, sagemaker=aws.sagemaker, s3=aws.s3
-    )
-    # THEN the run's curve has the point
+        }
+        checkpoint_eval.evaluate_checkpoints(
+            event, config=config, dynamodb=aws.dynamodb, sagemaker=aws.sagemaker, s3=aws.s3
+        )
+    # THEN the run's curve has one point per trial, each with that trial's accuracy
     record = runs.get_run("flowers", "flowers-00001", table_name=aws.runs_table, client=aws.dynamodb)
     assert record is not None
     assert record["checkpoint_evaluations"] == [
         {
             "step": 100,
-            "training_job": "job-1",
-            "job": "rt-ckpt-x-000000100",
+            "training_job": trial,
+            "job": checkpoint_eval.job_name(trial, 100),
             "status": "Completed",
-            "top1": 0.75,
+            "top1": top1,
             "top3": 0.9,
         }
+        for trial, top1 in scores.items()
     ]
 
 
