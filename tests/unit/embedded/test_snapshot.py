@@ -1,0 +1,98 @@
+"""The embedded stack's data outlives its process: what `snapshot.save` wrote, `restore` puts back."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import boto3
+from moto import mock_aws
+
+from retrain.embedded import snapshot
+
+BUCKET = "retrain-artifacts"
+TABLE = "retrain-runs"
+GROUP = "/aws/sagemaker/TrainingJobs"
+
+
+def clients() -> dict[str, Any]:
+    return {f"{name}_client": boto3.client(name) for name in ("s3", "dynamodb", "logs")}
+
+
+def create_resources(c: dict[str, Any]) -> None:
+    c["s3_client"].create_bucket(Bucket=BUCKET)
+    c["s3_client"].put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
+    c["dynamodb_client"].create_table(
+        TableName=TABLE,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+
+
+def versions(s3: Any) -> dict[str, list[str]]:
+    """Per key, oldest first (S3 lists newest first): each version's content, and "deleted" last when a
+    delete marker is the key's latest version."""
+    listed = s3.list_object_versions(Bucket=BUCKET)
+    out: dict[str, list[str]] = {}
+    for version in reversed(listed.get("Versions", [])):
+        body = s3.get_object(Bucket=BUCKET, Key=version["Key"], VersionId=version["VersionId"])["Body"].read()
+        out.setdefault(version["Key"], []).append(body.decode())
+    for marker in listed.get("DeleteMarkers", []):
+        if marker["IsLatest"]:
+            out[marker["Key"]].append("deleted")
+    return out
+
+
+def test_a_restored_stack_has_every_version_item_and_log_event_it_saved(tmp_path: Path) -> None:
+    saved = tmp_path / "snapshot"
+    with mock_aws():
+        # GIVEN a stack's data: keys with several versions (one deleted), a binary item, a job's log
+        c = clients()
+        create_resources(c)
+        s3 = c["s3_client"]
+        for number in range(12):  # more keys than the transfer threads
+            s3.put_object(
+                Bucket=BUCKET, Key=f"checkpoints/ckpt-{number:02d}.pt", Body=f"step {number}".encode()
+            )
+        for body in ("first", "second", "third"):
+            s3.put_object(Bucket=BUCKET, Key="runs/record.json", Body=body.encode(), Metadata={"m": body})
+        s3.put_object(Bucket=BUCKET, Key="runs/gone.txt", Body=b"soon deleted")
+        s3.delete_object(Bucket=BUCKET, Key="runs/gone.txt")
+        c["dynamodb_client"].put_item(
+            TableName=TABLE, Item={"pk": {"S": "run-1"}, "blob": {"B": b"\x00\x01"}}
+        )
+        c["logs_client"].create_log_group(logGroupName=GROUP)
+        c["logs_client"].create_log_stream(logGroupName=GROUP, logStreamName="job/algo-1")
+        c["logs_client"].put_log_events(
+            logGroupName=GROUP,
+            logStreamName="job/algo-1",
+            logEvents=[{"timestamp": int(time.time() * 1000), "message": "epoch 1"}],
+        )
+        before = versions(s3)
+        # WHEN it is saved
+        snapshot.save(saved, buckets=[BUCKET], tables=[TABLE], **c)
+    with mock_aws():
+        # AND put back into a new process's fresh resources
+        c = clients()
+        create_resources(c)
+        assert snapshot.restore(saved, **c)
+        # THEN every key has the same versions in the same order, deletions included
+        assert versions(c["s3_client"]) == before
+        assert before["runs/record.json"] == ["first", "second", "third"]
+        assert before["runs/gone.txt"] == ["soon deleted", "deleted"]
+        head = c["s3_client"].head_object(Bucket=BUCKET, Key="runs/record.json")
+        assert head["Metadata"] == {"m": "third"}
+        # AND the items and log events are back
+        item = c["dynamodb_client"].get_item(TableName=TABLE, Key={"pk": {"S": "run-1"}})["Item"]
+        assert item["blob"]["B"] == b"\x00\x01"
+        events = c["logs_client"].get_log_events(
+            logGroupName=GROUP, logStreamName="job/algo-1", startFromHead=True
+        )["events"]
+        assert [e["message"] for e in events] == ["epoch 1"]
+
+
+def test_a_state_directory_without_a_snapshot_restores_nothing(tmp_path: Path) -> None:
+    with mock_aws():
+        assert not snapshot.restore(tmp_path / "snapshot", **clients())
