@@ -20,7 +20,7 @@ from typing import Any, Final
 
 LOG_GROUP_PREFIXES: Final = ("/aws/sagemaker/", "/aws/lambda/")
 # Objects moved at once: the server hashes and copies large bodies (checkpoints) with the GIL released,
-# so a few threads take ~1.5x less time on 2 cores than one.
+# so a few threads finish sooner than one, also on 2 cores (bench/snapshot.py).
 TRANSFER_THREADS: Final = 4
 
 
@@ -32,13 +32,14 @@ def save(
     logs_client: Any,
     buckets: list[str],
     tables: list[str],
+    threads: int = TRANSFER_THREADS,
 ) -> None:
     """Write the stack's data under ``directory`` (replacing an older snapshot atomically)."""
     tmp = directory.with_name(directory.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "s3").mkdir(parents=True)
     for bucket in buckets:
-        _save_bucket(tmp / "s3" / bucket, s3_client, bucket)
+        _save_bucket(tmp / "s3" / bucket, s3_client, bucket, threads)
     items = {table: _scan(dynamodb_client, table) for table in tables}
     (tmp / "dynamodb.json").write_text(json.dumps(items), encoding="utf-8")
     (tmp / "logs.json").write_text(json.dumps(_logs(logs_client)), encoding="utf-8")
@@ -50,12 +51,19 @@ def save(
     shutil.rmtree(old, ignore_errors=True)
 
 
-def restore(directory: Path, *, s3_client: Any, dynamodb_client: Any, logs_client: Any) -> bool:
+def restore(
+    directory: Path,
+    *,
+    s3_client: Any,
+    dynamodb_client: Any,
+    logs_client: Any,
+    threads: int = TRANSFER_THREADS,
+) -> bool:
     """Put a snapshot back into freshly created resources; False when there is none."""
     if not (directory / "dynamodb.json").exists():
         return False
     for bucket_dir in sorted((directory / "s3").iterdir()):
-        _restore_bucket(bucket_dir, s3_client, bucket_dir.name)
+        _restore_bucket(bucket_dir, s3_client, bucket_dir.name, threads)
     for table, items in json.loads((directory / "dynamodb.json").read_text(encoding="utf-8")).items():
         for item in items:
             dynamodb_client.put_item(TableName=table, Item=_decode_binary(item))
@@ -63,7 +71,7 @@ def restore(directory: Path, *, s3_client: Any, dynamodb_client: Any, logs_clien
     return True
 
 
-def _save_bucket(target: Path, s3_client: Any, bucket: str) -> None:
+def _save_bucket(target: Path, s3_client: Any, bucket: str, threads: int) -> None:
     target.mkdir(parents=True)
     by_key: dict[str, list[dict[str, Any]]] = {}
     paginator = s3_client.get_paginator("list_object_versions")
@@ -88,7 +96,7 @@ def _save_bucket(target: Path, s3_client: Any, bucket: str) -> None:
         blob.write_bytes(obj["Body"].read())
         entry.update(Blob=blob.name, Metadata=obj.get("Metadata", {}), ContentType=obj.get("ContentType"))
 
-    with ThreadPoolExecutor(TRANSFER_THREADS) as pool:
+    with ThreadPoolExecutor(threads) as pool:
         for done in [pool.submit(fetch, i, e) for i, e in enumerate(entries) if not e.get("Deleted")]:
             done.result()
     (target / "index.json").write_text(json.dumps(entries), encoding="utf-8")
@@ -100,7 +108,7 @@ def _oldest_first(versions: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(reversed(versions), key=lambda e: (e["IsLatest"], e["LastModified"]))
 
 
-def _restore_bucket(source: Path, s3_client: Any, bucket: str) -> None:
+def _restore_bucket(source: Path, s3_client: Any, bucket: str, threads: int) -> None:
     # Each key's versions go back in their order, one key per thread at a time.
     by_key: dict[str, list[dict[str, Any]]] = {}
     for entry in json.loads((source / "index.json").read_text(encoding="utf-8")):
@@ -118,7 +126,7 @@ def _restore_bucket(source: Path, s3_client: Any, bucket: str) -> None:
                 Bucket=bucket, Key=entry["Key"], Body=(source / entry["Blob"]).read_bytes(), **extra
             )
 
-    with ThreadPoolExecutor(TRANSFER_THREADS) as pool:
+    with ThreadPoolExecutor(threads) as pool:
         for done in [pool.submit(put_back, versions) for versions in by_key.values()]:
             done.result()
 
