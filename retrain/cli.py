@@ -53,6 +53,8 @@ DEMO_PARAMETERS = {
     "CropScaleMin": "0.5",
     "LearningRateMin": "0.01",
     "LearningRateMax": "0.2",
+    # That learning-rate range suits SGD; AdamW diverges there (its trials ended near chance, 0.16).
+    "Optimizers": "sgd",
     "BatchSize": "32",
     "CheckpointEverySteps": "20",
     "FinalTraining": "false",

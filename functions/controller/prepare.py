@@ -53,6 +53,18 @@ def _split(value: Any) -> list[str]:
     return [part.strip() for part in str(value or "").split(",") if part.strip()]
 
 
+def optimizers(settings: dict[str, Any]) -> list[str]:
+    """The optimizer values the tuning job chooses among (stack parameter Optimizers, or an override)."""
+    chosen = list(dict.fromkeys(_split(settings.get("optimizers", ",".join(container.OPTIMIZERS)))))
+    unknown = [o for o in chosen if o not in container.OPTIMIZERS]
+    if unknown or not chosen:
+        raise ConfigurationError(
+            f"stack parameter Optimizers is {settings.get('optimizers')!r}: give one or more of "
+            f"{', '.join(container.OPTIMIZERS)}, comma-separated"
+        )
+    return chosen
+
+
 def freeze_manifest(
     dataset: str, run_id: str, *, config: Config, dynamodb: DynamoDBClient, s3: S3Client
 ) -> dict[str, Any]:
@@ -251,6 +263,7 @@ def prepare(
             "lr_max": str(settings.get("lr_max", "0.1")),
             "weight_decay_min": str(settings.get("weight_decay_min", "0.00001")),
             "weight_decay_max": str(settings.get("weight_decay_max", "0.001")),
+            "optimizers": optimizers(settings),
         },
         "static_hyperparameters": static,
         "hyperparameters": hyperparameters,

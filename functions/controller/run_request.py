@@ -9,7 +9,8 @@ against it with Powertools' validation utility (fastjsonschema).
         "evaluation_instance_type": "ml.m5.xlarge",
         "epochs": 5, "image_size": 224, "batch_size": 32, "model": "resnet18",
         "spot": false, "max_runtime_seconds": 3600, "max_wait_seconds": 7200,
-        "tuning_strategy": "Bayesian", "final_training": true, "data_source": "s3",
+        "tuning_strategy": "Bayesian", "optimizers": ["sgd"],
+        "final_training": true, "data_source": "s3",
         "hyperparameters": {"lr": 0.01, "optimizer": "sgd"}}}   # fixed: skip tuning, train once
 """
 
@@ -53,6 +54,12 @@ OVERRIDES_SCHEMA: Final[dict[str, Any]] = {
         "max_runtime_seconds": _integer(60, MAX_SECONDS),
         "max_wait_seconds": _integer(60, MAX_SECONDS),
         "tuning_strategy": {"enum": list(TUNING_STRATEGIES)},
+        "optimizers": {
+            "type": "array",
+            "items": {"enum": list(container.OPTIMIZERS)},
+            "minItems": 1,
+            "uniqueItems": True,
+        },
         "final_training": {"type": "boolean"},
         "data_source": {"enum": list(DATA_SOURCES)},
         "hyperparameters": {

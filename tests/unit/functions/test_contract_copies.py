@@ -100,8 +100,9 @@ def test_tuned_hyperparameters_and_channels_are_contract_names(states):
         ranges = [r for kind in config.values() for r in kind]
         assert {r["Name"] for r in ranges} == set(container.TUNED_HYPERPARAMETERS)
         assert {r["Name"] for r in ranges} <= set(contract.HYPERPARAMETER_NAMES)
+        # the optimizers come from the run (stack parameter Optimizers, checked against the contract's)
         [optimizer] = config["CategoricalParameterRanges"]
-        assert tuple(optimizer["Values"]) == contract.OPTIMIZERS
+        assert optimizer["Values.$"] == "$.run.ranges.optimizers"
         channels = state["Parameters"]["TrainingJobDefinition"]["InputDataConfig"]
         assert [c["ChannelName"] for c in channels] == [contract.CHANNEL_TRAIN, contract.CHANNEL_MANIFEST]
         assert state["Parameters"]["TrainingJobDefinition"]["Environment"] == {

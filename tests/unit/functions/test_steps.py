@@ -42,6 +42,8 @@ def _prepare(aws, config, run_input, name="run-1"):
         ({"dataset": "ok", "extra": 1}, ["input.extra is not a known field"]),
         ({"dataset": "a/b", "overrides": {"epochs": 0}}, ["input.dataset must", "input.overrides.epochs"]),
         ({"dataset": "ok", "overrides": {"spot": "no"}}, ["input.overrides.spot must be boolean"]),
+        ({"dataset": "ok", "overrides": {"optimizers": ["lion"]}}, ["input.overrides.optimizers[0]"]),
+        ({"dataset": "ok", "overrides": {"optimizers": []}}, ["input.overrides.optimizers"]),
         ("flowers", ["input must be object"]),
     ],
 )
@@ -355,3 +357,37 @@ def test_prepare_passes_the_stack_training_settings_as_static_hyperparameters(aw
     # THEN every job gets them under the container's hyperparameter names
     assert run["hyperparameters"]["crop-scale-min"] == "0.5"
     assert run["hyperparameters"]["epochs"] == "3"
+
+
+@pytest.mark.parametrize(
+    ("stack", "overrides", "expected"),
+    [
+        (None, {}, ["sgd", "adamw"]),  # a stack that predates the parameter: both, as before
+        ("sgd,adamw", {}, ["sgd", "adamw"]),
+        ("sgd", {}, ["sgd"]),
+        ("sgd,adamw", {"optimizers": ["adamw"]}, ["adamw"]),
+    ],
+)
+def test_the_tuning_job_chooses_among_the_stacks_optimizers_or_the_requests(
+    aws, config, events_dir, *, stack, overrides, expected
+):
+    # GIVEN a stack's Optimizers parameter (and a request that may override it)
+    _upload(aws, config, events_dir, "data/flowers/daisy/a.jpg", "data/flowers/tulip/b.png")
+    settings = {k: v for k, v in config.settings.items() if k != "optimizers"}
+    if stack is not None:
+        settings["optimizers"] = stack
+    # WHEN a run is prepared
+    run = _prepare(
+        aws, dataclasses.replace(config, settings=settings), {"dataset": "flowers", "overrides": overrides}
+    )
+    # THEN the categorical range the state machine hands to the tuning job holds those
+    assert run["ranges"]["optimizers"] == expected
+
+
+def test_prepare_refuses_an_optimizer_the_container_does_not_have(aws, config, events_dir):
+    from controller.errors import ConfigurationError
+
+    _upload(aws, config, events_dir, "data/flowers/daisy/a.jpg", "data/flowers/tulip/b.png")
+    settings = {**config.settings, "optimizers": "sgd,lion"}
+    with pytest.raises(ConfigurationError, match=r"stack parameter Optimizers is 'sgd,lion'.*sgd, adamw"):
+        _prepare(aws, dataclasses.replace(config, settings=settings), {"dataset": "flowers"})

@@ -153,6 +153,22 @@ def test_run_settings_render_as_json_from_the_parameter_defaults(template):
     assert settings is not None
 
 
+def test_the_optimizers_parameter_admits_the_containers_optimizers_only(template):
+    from controller import container, prepare
+
+    parameter = template["Parameters"]["Optimizers"]
+    pattern = re.compile(parameter["AllowedPattern"])
+    admitted = [
+        *container.OPTIMIZERS,
+        ",".join(container.OPTIMIZERS),
+        ",".join(reversed(container.OPTIMIZERS)),
+    ]
+    assert all(pattern.fullmatch(value) for value in admitted)
+    assert not any(pattern.fullmatch(value) for value in ("", "lion", "sgd,lion", "sgd;adamw", "SGD"))
+    # the default is every optimizer, and prepare reads it as the tuning job's categorical values
+    assert prepare.optimizers({"optimizers": parameter["Default"]}) == list(container.OPTIMIZERS)
+
+
 def test_alarms_watch_the_dead_letter_queue_failed_runs_and_stuck_runs(template):
     alarms = _resources(template, "AWS::CloudWatch::Alarm")
     metrics = {a["Properties"]["MetricName"] for a in alarms.values()}
