@@ -119,6 +119,9 @@ class EmbeddedStack:
         # The ASL interpreter calls back into this server at localhost:MOTO_PORT.
         os.environ["MOTO_PORT"] = str(self.port)
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
+        # Job threads share the stack's clients; past the pool's size urllib3 drops a spare connection
+        # after use and warns ("Connection pool is full"): no request is lost, so the demo stays quiet.
+        logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
         default_user_config["stepfunctions"] = {"execute_state_machine": True}
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
         self._server.start()
