@@ -91,14 +91,15 @@ def _save_bucket(target: Path, s3_client: Any, bucket: str, threads: int) -> Non
     entries = [entry for versions in by_key.values() for entry in _oldest_first(versions)]
 
     def fetch(index: int, entry: dict[str, Any]) -> None:
+        if entry.get("Deleted"):
+            return
         obj = s3_client.get_object(Bucket=bucket, Key=entry["Key"], VersionId=entry["VersionId"])
         blob = target / f"{index:08d}.bin"
         blob.write_bytes(obj["Body"].read())
         entry.update(Blob=blob.name, Metadata=obj.get("Metadata", {}), ContentType=obj.get("ContentType"))
 
     with ThreadPoolExecutor(threads) as pool:
-        for done in [pool.submit(fetch, i, e) for i, e in enumerate(entries) if not e.get("Deleted")]:
-            done.result()
+        list(pool.map(fetch, range(len(entries)), entries))
     (target / "index.json").write_text(json.dumps(entries), encoding="utf-8")
 
 
@@ -127,8 +128,7 @@ def _restore_bucket(source: Path, s3_client: Any, bucket: str, threads: int) -> 
             )
 
     with ThreadPoolExecutor(threads) as pool:
-        for done in [pool.submit(put_back, versions) for versions in by_key.values()]:
-            done.result()
+        list(pool.map(put_back, by_key.values()))
 
 
 def _scan(dynamodb_client: Any, table: str) -> list[dict[str, Any]]:
