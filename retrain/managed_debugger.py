@@ -56,6 +56,38 @@ def rule_evaluator_images(regions: Iterable[str]) -> dict[str, str]:
     return {region: rule_evaluator_image(region) for region in regions}
 
 
+def sagemaker_regions() -> list[str]:
+    """Every region that offers SageMaker, in every partition (botocore's endpoint data)."""
+    import botocore.session
+
+    session = botocore.session.get_session()
+    return sorted(
+        region
+        for partition in session.get_available_partitions()
+        for region in session.get_available_regions("sagemaker", partition)
+    )
+
+
+def rule_image_accounts() -> dict[str, str]:
+    """Region -> account of its Debugger rule evaluator image, for every SageMaker region ('' where
+    sagemaker-core knows no image: managed Debugger cannot run there, open mode can)."""
+    accounts: dict[str, str] = {}
+    for region in sagemaker_regions():
+        try:
+            accounts[region] = rule_evaluator_image(region).split(".", 1)[0]
+        except ValueError:
+            accounts[region] = ""
+    return accounts
+
+
+def template_mapping() -> str:
+    """template.yaml's DebuggerRuleImages mapping and the managed-mode region list, as YAML lines."""
+    accounts = rule_image_accounts()
+    rows = [f'    {region}: {{Account: "{account}"}}' for region, account in accounts.items()]
+    supported = ", ".join(region for region, account in accounts.items() if account)
+    return "\n".join(["  DebuggerRuleImages:", *rows, f"# regions with an image: [{supported}]"])
+
+
 def build_configs(
     region: str,
     *,
@@ -102,11 +134,19 @@ def build_configs(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m retrain.managed_debugger", description=__doc__)
-    parser.add_argument("--region", required=True, help="AWS region, e.g. us-east-1")
+    parser.add_argument("--region", help="AWS region, e.g. us-east-1")
+    parser.add_argument(
+        "--template-mapping", action="store_true", help="print template.yaml's DebuggerRuleImages mapping"
+    )
     parser.add_argument("--s3-output-path", default=None, help="s3:// prefix for tensors and profile")
     parser.add_argument("--save-interval", type=int, default=DEFAULT_SAVE_INTERVAL)
     parser.add_argument("--profiling-interval-ms", type=int, default=DEFAULT_PROFILING_INTERVAL_MS)
     args = parser.parse_args(argv)
+    if args.template_mapping:
+        print(template_mapping())
+        return 0
+    if not args.region:
+        parser.error("give --region REGION (or --template-mapping)")
     try:
         configs = build_configs(
             args.region,

@@ -38,6 +38,18 @@ from retrain.embedded.lambda_runtime import FunctionSpec
 
 DEPLOY_BUCKET: Final = "retrain-embedded-deployment"
 ACCOUNT_ID: Final = "123456789012"
+
+
+def embedded_parameters(region: str) -> dict[str, str]:
+    """Values of the template's parameters without a Default, as AWS would accept them: the emulation
+    runs training_image/ itself and needs no VPC."""
+    return {
+        "TrainingImageUri": f"{ACCOUNT_ID}.dkr.ecr.{region}.amazonaws.com/retrain-training:latest",
+        "SubnetIds": "subnet-0e0b0e0d0e0d0e0b0",
+        "SecurityGroupIds": "sg-0e0b0e0d0e0d0e0b0",
+    }
+
+
 WIRED_TYPES: Final = (
     "AWS::Lambda::Function",
     "AWS::Lambda::EventSourceMapping",
@@ -299,6 +311,15 @@ class Intrinsics:
             if key == "Fn::Equals":
                 left, right = self.resolve(arg)
                 return str(left) == str(right)
+            if key == "Fn::Contains":
+                values, value = self.resolve(arg)
+                return str(value) in [str(v) for v in values]
+            if key == "Fn::EachMemberEquals":
+                values, value = self.resolve(arg)
+                return all(str(v) == str(value) for v in values)
+            if key == "Fn::EachMemberIn":
+                values, allowed = self.resolve(arg)
+                return all(str(v) in [str(a) for a in allowed] for v in values)
             if key == "Fn::And":
                 return all(self.resolve(a) for a in arg)
             if key == "Fn::Or":
@@ -308,6 +329,78 @@ class Intrinsics:
             if key == "Condition":
                 return self.condition(arg)
         return {key: self.resolve(value) for key, value in node.items()}
+
+
+def check_parameters(template: dict[str, Any], parameters: dict[str, str]) -> None:
+    """Refuse parameter values as CloudFormation does before it creates anything: AllowedValues,
+    AllowedPattern (the whole value), lengths, numbers and their range; the ConstraintDescription
+    is the message when the template gives one."""
+    problems = []
+    for name, declared in template.get("Parameters", {}).items():
+        value = parameters.get(name)
+        if value is None:
+            problems.append(f"Parameter '{name}' has no value: it has no Default, so give one")
+            continue
+        broken = _parameter_problem(declared, value)
+        if broken:
+            described = declared.get("ConstraintDescription")
+            problems.append(
+                f"Parameter '{name}' failed to satisfy constraint: {described}"
+                if described
+                else f"Parameter '{name}' {broken}"
+            )
+    if problems:
+        raise ProvisioningError("; ".join(problems))
+
+
+def _parameter_problem(declared: dict[str, Any], value: str) -> str | None:
+    kind = str(declared.get("Type", "String"))
+    items = [v.strip() for v in value.split(",")] if "List" in kind else [value]
+    for item in items:
+        allowed = declared.get("AllowedValues")
+        if allowed is not None and item not in [str(a) for a in allowed]:
+            return f"must be one of {[str(a) for a in allowed]}, not {item!r}"
+        pattern = declared.get("AllowedPattern")
+        if pattern is not None and re.fullmatch(str(pattern), item) is None:
+            return f"must match pattern {pattern}, not {item!r}"
+        if "MinLength" in declared and len(item) < int(declared["MinLength"]):
+            return f"must be at least {declared['MinLength']} characters"
+        if "MaxLength" in declared and len(item) > int(declared["MaxLength"]):
+            return f"must be at most {declared['MaxLength']} characters"
+        if kind == "Number":
+            try:
+                number = float(item)
+            except ValueError:
+                return f"must be a number, not {item!r}"
+            if "MinValue" in declared and number < float(declared["MinValue"]):
+                return f"must be at least {declared['MinValue']}"
+            if "MaxValue" in declared and number > float(declared["MaxValue"]):
+                return f"must be at most {declared['MaxValue']}"
+    return None
+
+
+def check_rules(
+    template: dict[str, Any], parameters: dict[str, str], *, region: str, stack_name: str
+) -> None:
+    """The template's Rules, as CloudFormation checks them before it creates anything: every assertion of
+    a rule whose RuleCondition holds must hold, else the AssertDescription is the error."""
+    values: dict[str, Any] = {
+        "AWS::Region": region,
+        "AWS::AccountId": ACCOUNT_ID,
+        "AWS::Partition": "aws-cn" if region.startswith("cn-") else "aws",
+        "AWS::StackName": stack_name,
+        **parameter_values(template, parameters),
+    }
+    intrinsics = Intrinsics(values, {}, conditions=template.get("Conditions"))
+    failed = []
+    for name, rule in (template.get("Rules") or {}).items():
+        if "RuleCondition" in rule and not intrinsics.resolve(rule["RuleCondition"]):
+            continue
+        for assertion in rule.get("Assertions", []):
+            if not intrinsics.resolve(assertion["Assert"]):
+                failed.append(f"{name}: {assertion.get('AssertDescription', 'an assertion failed')}")
+    if failed:
+        raise ProvisioningError("Template rule(s) failed: " + "; ".join(failed))
 
 
 def parameter_values(template: dict[str, Any], parameters: dict[str, str]) -> dict[str, Any]:

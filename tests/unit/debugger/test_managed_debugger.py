@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from retrain import managed_debugger
+from retrain.embedded import provision
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -79,21 +80,35 @@ def test_the_command_prints_the_configs_as_json(capsys: pytest.CaptureFixture[st
     assert printed == json.loads(json.dumps(managed_debugger.build_configs("us-west-2")))
 
 
-def test_the_templates_rule_image_mapping_matches_sagemaker_core() -> None:
-    # GIVEN the template's DebuggerRuleImages mapping and the image string it builds from it
-    template = yaml.load((REPO / "template.yaml").read_text(), Loader=_CfnLoader)
+def test_the_templates_rule_image_mapping_covers_every_sagemaker_region_from_data() -> None:
+    # GIVEN the template's DebuggerRuleImages mapping, the image string it builds, and its managed-mode rule
+    template = provision.load_template(REPO / "template.yaml")
     mapping = template["Mappings"]["DebuggerRuleImages"]
     substitution = template["Resources"]["TrainingStateMachine"]["Properties"]["DefinitionSubstitutions"]
-    pattern = substitution["DebuggerRuleImage"][0]
+    pattern = substitution["DebuggerRuleImage"]["Fn::Sub"][0]
+    [assertion] = template["Rules"]["ManagedDebuggerNeedsARuleImage"]["Assertions"]
+    allowed_regions = assertion["Assert"]["Fn::Contains"][0]
 
     # WHEN each region's URI is built the way CloudFormation builds it
-    built = {
-        region: pattern.replace("${Account}", row["Account"]).replace("${AWS::Region}", region)
-        for region, row in mapping.items()
-    }
+    def built(region: str) -> str:
+        suffix = "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"
+        uri = pattern.replace("${Account}", mapping[region]["Account"]).replace("${AWS::Region}", region)
+        return str(uri.replace("${AWS::URLSuffix}", suffix))
 
-    # THEN it is the URI sagemaker-core gives for that region
-    assert built == managed_debugger.rule_evaluator_images(mapping)
+    # THEN every region botocore lists for SageMaker has a row (so the stack deploys there), the rows are
+    # sagemaker-core's accounts, and managed mode is allowed exactly where an image exists
+    assert set(mapping) == set(managed_debugger.sagemaker_regions())
+    with_image = [region for region, row in mapping.items() if row["Account"]]
+    expected = managed_debugger.rule_evaluator_images(with_image)
+    assert {region: built(region) for region in with_image} == expected
+    assert sorted(allowed_regions) == sorted(with_image)
+    assert len(with_image) < len(mapping)  # the data still has regions without a rule image
+
+
+def test_the_mapping_the_command_prints_is_the_templates() -> None:
+    text = (REPO / "template.yaml").read_text()
+    printed = managed_debugger.template_mapping().splitlines()
+    assert all(line in text for line in printed if not line.startswith("#"))
 
 
 def test_the_state_machines_managed_rules_match_the_configs() -> None:

@@ -1,0 +1,48 @@
+"""template.yaml as a deploy sees it: parameters, Rules and every intrinsic, in every SageMaker region."""
+
+from __future__ import annotations
+
+import pytest
+
+from retrain import managed_debugger
+from retrain.dev.template_model import load, resolved_resources
+from retrain.embedded.provision import ProvisioningError
+
+SAGEMAKER_REGIONS = managed_debugger.sagemaker_regions()
+
+
+@pytest.mark.parametrize("region", SAGEMAKER_REGIONS)
+def test_the_stack_resolves_in_every_region_that_offers_sagemaker(region: str) -> None:
+    # GIVEN a region botocore's endpoint data lists for SageMaker
+    # WHEN the template is loaded there with its defaults (parameters, Rules, mappings, every intrinsic)
+    resources = resolved_resources(load(region=region))
+    # THEN nothing refuses it, and the state machine's rule image is the region's own
+    definition = str(resources["TrainingStateMachine"]["Properties"]["DefinitionString"])
+    assert f".dkr.ecr.{region}." in definition
+
+
+def test_managed_debugger_is_refused_where_no_rule_image_exists() -> None:
+    without_image = next(r for r, account in managed_debugger.rule_image_accounts().items() if not account)
+    with pytest.raises(ProvisioningError, match=r"ManagedDebuggerNeedsARuleImage.*DebuggerMode open"):
+        load(parameters={"DebuggerMode": "managed"}, region=without_image)
+    resolved_resources(load(parameters={"DebuggerMode": "managed"}, region="eu-west-1"))
+
+
+def test_an_image_uri_without_its_registry_is_refused_with_the_constraint() -> None:
+    with pytest.raises(
+        ProvisioningError, match=r"Parameter 'TrainingImageUri' failed to satisfy constraint: must"
+    ):
+        load(parameters={"TrainingImageUri": "retrain-training:latest"})
+
+
+def test_an_existing_file_system_without_its_mount_name_is_refused() -> None:
+    # GIVEN FileSystemId of an existing file system and no FileSystemMountName
+    # THEN the deploy stops before anything is created, saying what to give
+    with pytest.raises(
+        ProvisioningError, match=r"ExistingFileSystemNeedsItsMountName.*FileSystemMountName must be"
+    ):
+        load(parameters={"FileSystemId": "fs-0123456789abcdef0"})
+    load(parameters={"FileSystemId": "fs-0123456789abcdef0", "FileSystemMountName": "abcdefgh"})
+    load(
+        parameters={"FileSystemId": "fs-0123456789abcdef0", "DataSource": "s3"}
+    )  # no FSx: the rule does not apply
