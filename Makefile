@@ -19,7 +19,7 @@ export AWS_DEFAULT_REGION ?= us-east-1
 
 help:
 	@echo "make demo   - run the whole retraining flow on the embedded AWS emulation"
-	@echo "make test   - every test and gate (ruff, mypy, pytest, sam/cfn-lint, asl-validator, packaging)"
+	@echo "make test   - every test and gate (ruff, mypy, pytest, sam/cfn-lint, IAM check, asl-validator, packaging)"
 	@echo "make lint | validate | bench | image | lock | clean"
 
 setup: $(STAMP)
@@ -43,6 +43,7 @@ validate: setup package-check
 	  $(BIN)/sam validate --lint --template template.yaml --region $(AWS_DEFAULT_REGION) && \
 	  $(BIN)/cfn-lint template.yaml; \
 	else echo "validate: no template.yaml yet"; fi
+	$(BIN)/python -m retrain.dev.iam_check
 	@for f in statemachine/*.asl.json; do \
 	  [ -e "$$f" ] || { echo "validate: no state machine yet"; break; }; \
 	  $(BIN)/python -m retrain.dev.asl_check "$$f" | node_modules/.bin/asl-validator --json-path /dev/stdin; \

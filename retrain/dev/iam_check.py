@@ -1,0 +1,330 @@
+"""Static check: the IAM roles of template.yaml against every AWS call the code and the state machine make.
+
+No stack runs. The template is translated as SAM does; its intrinsics are resolved to stand-in names;
+then, per role, every call is authorised with iam-simulate (:mod:`retrain.embedded.iam`), and every
+Task's static Parameters are held against the API's model (:mod:`retrain.embedded.contracts`):
+
+- each Lambda function's calls, found by reading its handler's source (:mod:`retrain.dev.calls`), with
+  the resources its environment names (a table, a bucket);
+- each Task of each state machine as its role: the call itself and, for ``.sync``, what Step Functions
+  does behind it (describe, stop, tags, the managed EventBridge rule, ``iam:PassRole``); the role's
+  permissions for the Logging configuration;
+- the SageMaker execution role against the S3 layout the runs use (``controller.names``).
+
+A value only known at run time (a job name, the bucket of an ``s3://`` URI in an event) stands as '*':
+the role must allow the action on some matching resource. ``python -m retrain.dev.iam_check`` prints
+what is missing and exits 1; ``make test`` runs it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from retrain.dev import calls
+from retrain.dev.template_model import ACCOUNT, REGION, REPO, Role, Template, load
+from retrain.embedded import contracts
+from retrain.embedded.iam.actions import (
+    LOG_DELIVERY_ACTIONS,
+    Access,
+    UnknownOperationError,
+    accesses,
+    sync_accesses,
+)
+from retrain.embedded.iam.evaluator import AuthzRequest, PolicyEvaluator
+
+UNKNOWN: Final = "*"  # a part of a request known only at run time
+# A name the code builds from an environment variable and a run-time value: <variable's value>*.
+NAME_PREFIXES: Final = {"ModelPackageGroupName": "MODEL_PACKAGE_GROUP_PREFIX"}
+
+
+class Dynamic:
+    """A Task parameter whose value a JSONPath gives at run time (``Name.$``)."""
+
+    def __repr__(self) -> str:
+        return "<run-time value>"
+
+
+DYNAMIC: Final = Dynamic()
+
+
+@dataclass(frozen=True)
+class Finding:
+    who: str  # the function or state machine, and its role
+    what: str  # the action and resource, or the contract violation
+    where: str  # the call site or the state
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.who}: {self.what}\n    at {self.where}\n    {self.why}"
+
+
+# --- authorisation --------------------------------------------------------------------------------------
+
+
+class Checker:
+    def __init__(self, template: Template, evaluator: PolicyEvaluator) -> None:
+        self.template = template
+        self.evaluator = evaluator
+
+    def denied(self, role: Role, access: Access) -> str | None:
+        """Why the role may not do it; None when it may. Parts known only at run time ('*') are
+        "some resource" and "a condition the run-time value may meet"."""
+        known = {key: value for key, value in access.context.items() if UNKNOWN not in value}
+        decision = self.evaluator.evaluate(
+            AuthzRequest(role.arn, access.action, access.resource, known),
+            role.policies,
+            any_match=UNKNOWN in access.resource or known != dict(access.context),
+        )
+        return None if decision.allowed else decision.reason
+
+    def check(self, who: str, role: Role, needed: list[Access], where: str) -> list[Finding]:
+        return [
+            Finding(who, f"{access.action} on {access.resource}", where, reason)
+            for access in needed
+            if (reason := self.denied(role, access)) is not None
+        ]
+
+
+def _role_of(template: Template, resource: Mapping[str, Any]) -> Role:
+    arn = str(template.resolve(resource["Properties"].get("Role") or resource["Properties"].get("RoleArn")))
+    return template.roles[arn]
+
+
+def _value(source: calls.ValueSource, param: str, environment: Mapping[str, Any]) -> Any:
+    if isinstance(source, calls.Const):
+        return source.value
+    if isinstance(source, calls.Env):
+        return environment.get(source.variable, UNKNOWN)
+    if param in NAME_PREFIXES and NAME_PREFIXES[param] in environment:
+        return f"{environment[NAME_PREFIXES[param]]}{UNKNOWN}"
+    return UNKNOWN
+
+
+def lambda_findings(checker: Checker, functions_dir: Path = REPO / "functions") -> list[Finding]:
+    """Every call reachable from each function's handler, as the function's role."""
+    template = checker.template
+    found: list[Finding] = []
+    for logical_id, resource in template.resources("AWS::Lambda::Function"):
+        props = resource["Properties"]
+        role = _role_of(template, resource)
+        environment = template.resolve(copy.deepcopy((props.get("Environment") or {}).get("Variables", {})))
+        who = f"{logical_id} (role {role.logical_id})"
+        for call in calls.handler_calls(functions_dir, str(props["Handler"])):
+            missing = [
+                s.variable
+                for s in call.params.values()
+                if isinstance(s, calls.Env) and s.variable not in environment
+            ]
+            if missing:
+                found.append(
+                    Finding(
+                        who,
+                        f"{call.service}:{call.operation}",
+                        call.where,
+                        f"reads {missing}, which the template does not set",
+                    )
+                )
+            params = {name: _value(source, name, environment) for name, source in call.params.items()}
+            try:
+                needed = accesses(call.service, call.operation, params, region=REGION, account=ACCOUNT)
+            except (UnknownOperationError, KeyError) as error:
+                found.append(
+                    Finding(who, f"{call.service}:{call.operation}", call.where, f"no IAM mapping ({error})")
+                )
+                continue
+            found += checker.check(who, role, needed, f"{call.where} ({' > '.join(call.chain)})")
+    return found
+
+
+# --- the state machines -----------------------------------------------------------------------------
+
+
+def _states(states: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for name, state in states.items():
+        yield name, state
+        for branch in state.get("Branches", []):
+            yield from _states(branch["States"])
+        processor = state.get("ItemProcessor") or state.get("Iterator")
+        if processor:
+            yield from _states(processor["States"])
+
+
+def _static_parameters(node: Any, resolve: Any) -> Any:
+    """A Task's Parameters with ``Name.$`` as ``Name``: DYNAMIC, and substitutions resolved."""
+    if isinstance(node, dict):
+        out = {}
+        for key, value in node.items():
+            if key.endswith(".$"):
+                out[key[:-2]] = DYNAMIC
+            else:
+                out[key] = _static_parameters(value, resolve)
+        return out
+    if isinstance(node, list):
+        return [_static_parameters(item, resolve) for item in node]
+    if isinstance(node, str):
+        return resolve(node)
+    return node
+
+
+def _task_call(resource: str) -> tuple[str, str, bool] | None:
+    """(boto3 service, operation, .sync) of a Task's resource; None for an activity or a function ARN."""
+    if not resource.startswith("arn:aws:states:::"):
+        return None
+    integration = resource.removeprefix("arn:aws:states:::")
+    sync = integration.endswith(".sync")
+    integration = integration.removesuffix(".sync")
+    if integration.startswith("aws-sdk:"):
+        _, service, action = integration.split(":")
+    else:
+        service, action = integration.split(":")
+    service = {"states": "stepfunctions", "sfn": "stepfunctions"}.get(service, service)
+    return service, action[:1].upper() + action[1:], sync
+
+
+def _concrete(value: Any) -> Any:
+    if value is DYNAMIC:
+        return UNKNOWN
+    if isinstance(value, dict):
+        return {k: _concrete(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_concrete(v) for v in value]
+    return value
+
+
+def state_machine_findings(checker: Checker) -> list[Finding]:
+    template = checker.template
+    found: list[Finding] = []
+    for logical_id, resource in template.resources("AWS::StepFunctions::StateMachine"):
+        props = resource["Properties"]
+        role = _role_of(template, resource)
+        who = f"{logical_id} (role {role.logical_id})"
+        if (props.get("LoggingConfiguration") or {}).get("Destinations"):
+            found += checker.check(
+                who, role, [Access(a, "*") for a in LOG_DELIVERY_ACTIONS], "LoggingConfiguration (deploy)"
+            )
+        definition = props["DefinitionString"]
+        text = definition if isinstance(definition, str) else str(template.resolve(definition))
+        machine = json.loads(text)
+        for name, state in _states(machine["States"]):
+            if state.get("Type") != "Task":
+                continue
+            task = _task_call(str(state["Resource"]))
+            if task is None:
+                continue
+            service, operation, sync = task
+            where = f"state {name!r}"
+            params = _static_parameters(state.get("Parameters", {}), lambda value: value)
+            if service == "lambda" and operation == "Invoke":
+                params["Payload"] = DYNAMIC
+            found += _contract_findings(who, where, service, operation, params)
+            concrete = _concrete(params)
+            try:
+                needed = accesses(service, operation, concrete, region=REGION, account=ACCOUNT)
+                if sync:
+                    needed += sync_accesses(operation, concrete, region=REGION, account=ACCOUNT)
+            except (UnknownOperationError, KeyError) as error:
+                found.append(Finding(who, f"{service}:{operation}", where, f"no IAM mapping ({error})"))
+                continue
+            found += checker.check(who, role, needed, where)
+    return found
+
+
+def _contract_findings(
+    who: str, where: str, service: str, operation: str, params: dict[str, Any]
+) -> list[Finding]:
+    try:
+        problems = contracts.violations(service, operation, params, unknown=lambda value: value is DYNAMIC)
+    except ValueError as error:
+        return [Finding(who, f"{service}:{operation}", where, str(error))]
+    return [Finding(who, f"Parameters of {service}:{operation}", where, v.describe()) for v in problems]
+
+
+# --- the SageMaker jobs' role ------------------------------------------------------------------------------
+
+
+def sagemaker_role_findings(checker: Checker) -> list[Finding]:
+    """The execution role the state machine passes to SageMaker, against the S3 layout of a run."""
+    sys.path.insert(0, str(REPO / "functions"))
+    from controller import names
+
+    template = checker.template
+    buckets = {
+        logical: str(template.resolve({"Ref": logical}))
+        for logical, _ in template.resources("AWS::S3::Bucket")
+    }
+    data, artifacts = buckets.get("DataBucket"), buckets.get("ArtifactBucket")
+    found: list[Finding] = []
+    for role in template.roles.values():
+        trusted = json.dumps(
+            template.resolve(
+                template.translated["Resources"][role.logical_id]["Properties"]["AssumeRolePolicyDocument"]
+            )
+        )
+        if "sagemaker.amazonaws.com" not in trusted or data is None or artifacts is None:
+            continue
+        dataset, run = "flowers", "flowers-00001"
+
+        def obj(bucket: str, key: str) -> str:
+            return f"arn:aws:s3:::{bucket}/{key}"
+
+        needed = [
+            Access("s3:ListBucket", f"arn:aws:s3:::{data}", {"s3:prefix": names.dataset_prefix(dataset)}),
+            Access("s3:GetObject", obj(data, names.upload_key(dataset, "daisy", "a.jpg"))),
+            Access("s3:GetObject", obj(artifacts, names.manifest_prefix(dataset, run) + "manifest.jsonl")),
+            Access(
+                "s3:PutObject", obj(artifacts, names.output_prefix(dataset, run) + "job/output/model.tar.gz")
+            ),
+            Access(
+                "s3:GetObject", obj(artifacts, names.checkpoint_prefix(dataset, run) + "job/algo-1/ckpt.pt")
+            ),
+            Access(
+                "s3:PutObject", obj(artifacts, names.checkpoint_prefix(dataset, run) + "job/algo-1/ckpt.pt")
+            ),
+            Access(
+                "s3:PutObject", obj(artifacts, names.evaluation_prefix(dataset, run, "challenger") + "e.json")
+            ),
+            Access(
+                "logs:CreateLogStream",
+                f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/sagemaker/TrainingJobs:log-stream:job/algo-1",
+            ),
+            Access(
+                "logs:PutLogEvents",
+                f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/sagemaker/TrainingJobs:log-stream:job/algo-1",
+            ),
+        ]
+        found += checker.check(
+            f"SageMaker jobs (role {role.logical_id})",
+            role,
+            needed,
+            "the S3 layout of a run (controller.names)",
+        )
+    return found
+
+
+def run(template_path: Path = REPO / "template.yaml") -> list[Finding]:
+    with PolicyEvaluator(account=ACCOUNT) as evaluator:
+        checker = Checker(load(template_path), evaluator)
+        return lambda_findings(checker) + state_machine_findings(checker) + sagemaker_role_findings(checker)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    template = Path(args[0]) if args else REPO / "template.yaml"
+    findings = run(template)
+    for finding in findings:
+        print(finding)
+    if findings:
+        print(f"iam_check: {len(findings)} problem(s) in {template}", file=sys.stderr)
+        return 1
+    print(f"iam_check: every role in {template.name} allows what its code and state machine call")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,142 @@
+"""The static IAM check: template.yaml's roles against what the code and the state machine call."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from retrain.dev import iam_check
+from retrain.dev.template_model import REPO, load
+from retrain.embedded.iam.evaluator import PolicyEvaluator
+
+TEMPLATE = REPO / "template.yaml"
+
+
+@pytest.fixture(scope="module")
+def evaluator() -> Iterator[PolicyEvaluator]:
+    with PolicyEvaluator() as found:
+        yield found
+
+
+def _copy(tmp_path: Path, old: str, new: str, *, asl: tuple[str, str] | None = None) -> Path:
+    """template.yaml (and the state machine) with one change, next to the code it deploys."""
+    text = TEMPLATE.read_text()
+    assert old in text, old
+    (tmp_path / "template.yaml").write_text(text.replace(old, new))
+    (tmp_path / "functions").symlink_to(REPO / "functions")
+    machine = (REPO / "statemachine" / "training.asl.json").read_text()
+    if asl is not None:
+        assert asl[0] in machine, asl[0]
+        machine = machine.replace(*asl)
+    (tmp_path / "statemachine").mkdir()
+    (tmp_path / "statemachine" / "training.asl.json").write_text(machine)
+    return tmp_path / "template.yaml"
+
+
+def _findings(template: Path, evaluator: PolicyEvaluator) -> list[str]:
+    checker = iam_check.Checker(load(template), evaluator)
+    found = (
+        iam_check.lambda_findings(checker)
+        + iam_check.state_machine_findings(checker)
+        + iam_check.sagemaker_role_findings(checker)
+    )
+    return [str(f) for f in found]
+
+
+def test_every_role_allows_what_its_code_and_state_machine_call(evaluator: PolicyEvaluator) -> None:
+    assert _findings(TEMPLATE, evaluator) == []
+
+
+def test_a_function_role_without_a_table_its_code_updates_is_found(
+    tmp_path: Path, evaluator: PolicyEvaluator
+) -> None:
+    # GIVEN the best-candidate function without its grant on the data set table (the defect the review found)
+    template = _copy(
+        tmp_path,
+        "        - DynamoDBCrudPolicy: {TableName: !Ref RunsTable}\n"
+        "        - DynamoDBCrudPolicy: {TableName: !Ref DatasetsTable}\n",
+        "        - DynamoDBCrudPolicy: {TableName: !Ref RunsTable}\n",
+    )
+    # THEN the check names the function, the action, the table and the line of code
+    [finding] = _findings(template, evaluator)
+    assert finding.startswith(
+        "PickBestCandidateFunction (role PickBestCandidateFunctionRole): dynamodb:UpdateItem"
+    )
+    assert "table/retrain-DatasetsTable" in finding and "best_candidate.py" in finding
+
+
+def test_a_function_role_without_a_read_its_code_makes_is_found(
+    tmp_path: Path, evaluator: PolicyEvaluator
+) -> None:
+    # GIVEN the finalize function without sagemaker:DescribeTrainingJob (the default FinalTraining path)
+    template = _copy(
+        tmp_path,
+        """stateMachine:${AWS::StackName}-training"
+            - Effect: Allow
+              Action: sagemaker:DescribeTrainingJob
+""",
+        """stateMachine:${AWS::StackName}-training"
+            - Effect: Allow
+              Action: sagemaker:ListTrainingJobs
+""",
+    )
+    [finding] = _findings(template, evaluator)
+    assert finding.startswith(
+        "FinalizeRunFunction (role FinalizeRunFunctionRole): sagemaker:DescribeTrainingJob"
+    )
+
+
+def test_a_state_machine_role_without_log_delivery_is_found(
+    tmp_path: Path, evaluator: PolicyEvaluator
+) -> None:
+    template = _copy(tmp_path, "                - logs:CreateLogDelivery\n", "")
+    [finding] = _findings(template, evaluator)
+    assert (
+        "TrainingStateMachineRole): logs:CreateLogDelivery on *" in finding
+        and "LoggingConfiguration" in finding
+    )
+
+
+def test_a_state_machine_role_without_what_sync_does_behind_the_task_is_found(
+    tmp_path: Path, evaluator: PolicyEvaluator
+) -> None:
+    template = _copy(
+        tmp_path,
+        "            - Effect: Allow\n              Action: sagemaker:ListTags\n"
+        '              Resource: "*"\n',
+        "",
+    )
+    findings = _findings(template, evaluator)
+    assert findings and all("sagemaker:ListTags" in f for f in findings)
+    assert any("state 'Tune hyperparameters'" in f for f in findings)
+
+
+def test_a_task_parameter_the_api_refuses_is_found(tmp_path: Path, evaluator: PolicyEvaluator) -> None:
+    template = _copy(tmp_path, "", "", asl=('"TrainingInputMode": "File"', '"TrainingInputMode": "Files"'))
+    findings = _findings(template, evaluator)
+    assert findings and all("Member must satisfy enum value set" in f for f in findings)
+    assert any("trainingJobDefinition.algorithmSpecification.trainingInputMode" in f for f in findings)
+
+
+def test_a_sagemaker_role_that_cannot_write_checkpoints_is_found(
+    tmp_path: Path, evaluator: PolicyEvaluator
+) -> None:
+    template = _copy(
+        tmp_path,
+        "                Action: [s3:GetObject, s3:PutObject, s3:DeleteObject, s3:ListBucket]",
+        "                Action: [s3:GetObject, s3:DeleteObject, s3:ListBucket]",
+    )
+    findings = _findings(template, evaluator)
+    assert findings and all(
+        "SageMaker jobs (role SageMakerExecutionRole): s3:PutObject" in f for f in findings
+    )
+
+
+def test_the_command_exits_1_and_lists_what_is_missing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    template = _copy(tmp_path, "                - logs:CreateLogDelivery\n", "")
+    assert iam_check.main([str(template)]) == 1
+    assert "logs:CreateLogDelivery" in capsys.readouterr().out
