@@ -64,6 +64,10 @@ class Ingestor:
             self.record_notice(notice)
 
     def record_notice(self, notice: ObjectCreated) -> None:
+        if names.is_fsx_report(notice.key):
+            self.tally.ignored += 1
+            logger.info("ignored an FSx import report", extra={"key": notice.key})
+            return
         verdict = uploads.judge(notice.key, notice.size)
         if verdict.accepted and notice.bucket != self.config.data_bucket:
             verdict = uploads.Verdict(

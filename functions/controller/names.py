@@ -7,6 +7,7 @@ that tests compare to this module).
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Final
 
@@ -36,7 +37,19 @@ RUNS_PREFIX: Final = "runs/"
 CHECKPOINTS_PREFIX: Final = "checkpoints/"
 MANIFEST_DIR: Final = "manifest"
 OBJECTS_FILE: Final = "objects.jsonl"  # the frozen ledger rows of a run (key, version, sequencer, ...)
-FSX_REPORTS_DIR: Final = "fsx-reports"
+# FSx writes an import task's completion report inside the file system's linked data repository
+# (s3://<DataBucket>/data/), so reports live under a prefix no data set name can take ('_' first).
+FSX_REPORTS_PREFIX: Final = f"{DATA_PREFIX}_fsx-reports/"
+
+
+def fsx_report_prefix(dataset: str, run_id: str) -> str:
+    """Report.Path of a run's FSx import task, in the data bucket."""
+    return f"{FSX_REPORTS_PREFIX}{dataset}/{run_id}"
+
+
+def is_fsx_report(key: str) -> bool:
+    """An object FSx wrote (a completion report), not an upload."""
+    return key.startswith(FSX_REPORTS_PREFIX)
 
 
 def run_prefix(dataset: str, run_id: str) -> str:
@@ -139,12 +152,45 @@ STACK_OUTPUTS: Final = {
     "model_package_group_prefix": "ModelPackageGroupPrefix",
 }
 
+# --- Names of AWS resources a run creates, within each API's pattern and length ---------------------
+# SageMaker names (jobs, model package groups): ^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$ and shorter limits
+# for some (tuning jobs 32). Step Functions idempotency tokens (FSx ClientRequestToken): 63 of [A-Za-z0-9_.-].
+SAGEMAKER_NAME_RE: Final = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+MAX_TUNING_JOB_NAME: Final = 32
+MAX_SAGEMAKER_NAME: Final = 63
+MAX_CLIENT_REQUEST_TOKEN: Final = 63
+MAX_EXECUTION_NAME: Final = 80
+
+
+def digest(text: str, length: int = 8) -> str:
+    """A short, stable fingerprint of `text` (keeps derived names unique when they are shortened)."""
+    return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()[:length]
+
+
+def sagemaker_safe(text: str) -> str:
+    """`text` with every character SageMaker names refuse as '-', without leading/trailing '-'."""
+    return re.sub(r"[^a-zA-Z0-9-]", "-", text).strip("-")
+
+
+def import_token(execution_arn: str) -> str:
+    """ClientRequestToken of a run's FSx import: stable per execution, so a retried call is idempotent."""
+    name = execution_arn.rsplit(":", 1)[-1]
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "-", name)[: MAX_CLIENT_REQUEST_TOKEN - 9]
+    return f"{stem}-{digest(execution_arn)}"
+
+
 # Model registry: one package group per data set.
 MODEL_PACKAGE_GROUP_PREFIX_DEFAULT: Final = "retrain-"
+MAX_MODEL_PACKAGE_GROUP_PREFIX: Final = 16  # 16 + a 40-character data set + "-" + 6 hex digits = 63
 
 
 def model_package_group(prefix: str, dataset: str) -> str:
-    return f"{prefix}{dataset}"
+    """The data set's model package group: <prefix><dataset>, or, when the data set name holds characters
+    SageMaker refuses ('_'), <prefix><dataset with '-'>-<digest>, so 'a_b' and 'a-b' stay apart."""
+    plain = f"{prefix}{dataset}"
+    if SAGEMAKER_NAME_RE.fullmatch(plain):
+        return plain
+    return f"{prefix}{sagemaker_safe(dataset)}-{digest(dataset, 6)}"
 
 
 # Metric namespace and names the Lambdas emit (dashboard and alarms read them).

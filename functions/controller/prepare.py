@@ -6,9 +6,7 @@ The execution name becomes the run id. The result is the run context every later
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -27,13 +25,11 @@ if TYPE_CHECKING:
 
 MIN_LABELS = 2
 MAX_IMPORT_PATHS = 100  # CreateDataRepositoryTask's limit on Paths
-JOB_NAME_RE = re.compile(r"[^a-zA-Z0-9-]")
 
 
 def job_names(dataset: str, execution_arn: str) -> dict[str, str]:
     """SageMaker job names of a run: unique per execution, within SageMaker's limits (tuning: 32)."""
-    digest = hashlib.sha1(execution_arn.encode(), usedforsecurity=False).hexdigest()[:8]
-    stem = f"rt-{digest}-{JOB_NAME_RE.sub('-', dataset)[:18]}".rstrip("-")
+    stem = f"rt-{names.digest(execution_arn)}-{names.sagemaker_safe(dataset)[:18]}".rstrip("-")
     return {
         "tuning": stem,
         "training": f"{stem}-train",
@@ -236,7 +232,8 @@ def prepare(
         "import_needed": data_source == "fsx" and summary["new"] > 0,
         "file_system_id": settings.get("file_system_id", ""),
         "import_paths": import_paths(data_prefix, summary["new_labels"]),
-        "import_report_path": f"{artifact}{names.run_prefix(dataset, run_id)}{names.FSX_REPORTS_DIR}",
+        "import_token": names.import_token(execution_arn),
+        "import_report_path": f"s3://{config.data_bucket}/{names.fsx_report_prefix(dataset, run_id)}",
         "import_poll_seconds": int(settings.get("import_poll_seconds", 30)),
         "import_max_polls": int(settings.get("import_max_polls", 120)),
         "train_data_source": train_source,

@@ -184,6 +184,8 @@ class FsxEmulator:
                     f"file system {fs_id} has no linked data repository (ImportPath or a data repository "
                     "association)",
                 )
+            if report.get("Enabled"):
+                _check_report(report, _associations(file_system))
             if any(
                 t["FileSystemId"] == fs_id and t["Lifecycle"] in RUNNING_LIFECYCLES
                 for t in self._tasks.values()
@@ -362,6 +364,22 @@ class FsxEmulator:
                 path.with_name(f".{path.name}.etag").unlink(missing_ok=True)
             elif path.is_dir() and not any(path.iterdir()):
                 shutil.rmtree(path)
+
+
+def _check_report(report: dict[str, Any], associations: list[tuple[str, str]]) -> None:
+    """FSx writes a task's completion report into the file system's linked data repository only: a
+    Report.Path elsewhere (another bucket, another prefix) is refused, as CreateDataRepositoryTask does."""
+    path = str(report.get("Path") or "")
+    if not path or "Format" not in report or "Scope" not in report:
+        raise _error("BadRequest", "an enabled Report needs Path, Format and Scope")
+    _split_s3(path)
+    repositories = [uri for _, uri in associations if uri.startswith("s3://")]
+    if not any((path.rstrip("/") + "/").startswith(uri.rstrip("/") + "/") for uri in repositories):
+        raise _error(
+            "BadRequest",
+            f"The Report Path {path} is not in a data repository linked to the file system "
+            f"({', '.join(repositories)}); FSx writes completion reports inside the linked repository only.",
+        )
 
 
 def _associations(file_system: dict[str, Any]) -> list[tuple[str, str]]:

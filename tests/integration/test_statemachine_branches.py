@@ -430,7 +430,10 @@ def test_success_imports_tunes_trains_checks_evaluates_registers_and_finalizes(h
     [task] = harness.fsx.requests
     assert task["Type"] == "IMPORT_METADATA_FROM_REPOSITORY"
     assert task["Paths"] == ["s3://retrain-data/data/flowers/daisy/", "s3://retrain-data/data/flowers/tulip/"]
-    assert task["ClientRequestToken"] == "flowers-00001" and task["Report"]["Enabled"] is True
+    assert task["ClientRequestToken"].startswith("flowers-00001-") and len(task["ClientRequestToken"]) <= 63
+    # AND FSx writes its report inside the file system's data repository (the data bucket's data/)
+    assert task["Report"]["Enabled"] is True
+    assert task["Report"]["Path"] == "s3://retrain-data/data/_fsx-reports/flowers/flowers-00001"
     assert record["import_task"] == "task-0123456789abcdef0"
     # AND tuning was Bayesian with early stopping, spot, checkpoints, FSx input, isolation, no warm start
     [tuning] = harness.sagemaker.requests["tuning"]

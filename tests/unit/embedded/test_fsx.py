@@ -85,19 +85,39 @@ def test_a_second_task_while_one_runs_is_refused(tmp_path: Path, s3: Any) -> Non
 def test_injected_import_fault_fails_the_task_and_writes_the_report(tmp_path: Path, s3: Any) -> None:
     fsx = FsxEmulator(tmp_path, s3_client=s3, faults=Faults.parse(["import-fails"]))
     fs = _file_system(fsx)
-    report = {
-        "Enabled": True,
-        "Path": f"s3://{BUCKET}/reports",
-        "Format": "REPORT_CSV_20191124",
-        "Scope": "FAILED_FILES_ONLY",
-    }
+    report = _report(f"s3://{BUCKET}/data/_fsx-reports/digits/run-1")
 
     task = _wait(fsx, _import(fsx, fs["FileSystemId"], Report=report))
 
     assert task["Lifecycle"] == "FAILED"
     assert "injected fault" in task["FailureDetails"]["Message"]
-    body = s3.get_object(Bucket=BUCKET, Key=f"reports/{task['TaskId']}/failures.csv")["Body"].read().decode()
-    assert "injected fault" in body
+    key = f"data/_fsx-reports/digits/run-1/{task['TaskId']}/failures.csv"
+    assert "injected fault" in s3.get_object(Bucket=BUCKET, Key=key)["Body"].read().decode()
+
+
+def _report(path: str) -> dict[str, Any]:
+    return {"Enabled": True, "Path": path, "Format": "REPORT_CSV_20191124", "Scope": "FAILED_FILES_ONLY"}
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        f"s3://{BUCKET}/reports",
+        "s3://artifact-bucket/runs/digits/run-1/fsx-reports",
+        f"s3://{BUCKET}/database",
+    ],
+)
+def test_a_report_path_outside_the_linked_repository_is_refused(tmp_path: Path, s3: Any, path: str) -> None:
+    # GIVEN a file system linked to s3://<bucket>/data
+    fsx = FsxEmulator(tmp_path, s3_client=s3)
+    fs = _file_system(fsx)
+    # WHEN an import asks for its completion report elsewhere
+    with pytest.raises(ClientError) as raised:
+        _import(fsx, fs["FileSystemId"], Report=_report(path))
+    # THEN FSx refuses the task, naming the path and the linked repository
+    assert raised.value.response["Error"]["Code"] == "BadRequest"
+    assert path in str(raised.value) and f"s3://{BUCKET}/data" in str(raised.value)
+    assert fsx.describe_data_repository_tasks()["DataRepositoryTasks"] == []
 
 
 def test_mount_path_refuses_a_directory_outside_the_mount(tmp_path: Path, s3: Any) -> None:

@@ -241,3 +241,14 @@ def test_the_lambda_handler_reads_its_environment_and_reports_partial_failures(
     [metrics] = [m for m in emf if names.METRIC_ACCEPTED in m]
     assert (metrics[names.METRIC_ACCEPTED], metrics[names.METRIC_REJECTED]) == ([1.0], [1.0])
     assert len(list(ledger.rows("flowers", table_name=aws.ledger_table, client=aws.dynamodb))) == 1
+
+
+def test_an_fsx_completion_report_in_the_data_bucket_is_not_an_upload(aws, config, events_dir):
+    # GIVEN FSx wrote an import's completion report inside the linked repository (under data/)
+    key = names.fsx_report_prefix("flowers", "flowers-00001") + "/task-1/failures.csv"
+    # WHEN its object-created notice is ingested
+    response = _ingest(aws, config, [object_created(events_dir, key)])
+    # THEN nothing is ledgered: not a pending image, not a rejected upload
+    assert response == {"batchItemFailures": []}
+    rows = aws.dynamodb.scan(TableName=aws.ledger_table)["Items"]
+    assert rows == []
