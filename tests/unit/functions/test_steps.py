@@ -391,3 +391,82 @@ def test_prepare_refuses_an_optimizer_the_container_does_not_have(aws, config, e
     settings = {**config.settings, "optimizers": "sgd,lion"}
     with pytest.raises(ConfigurationError, match=r"stack parameter Optimizers is 'sgd,lion'.*sgd, adamw"):
         _prepare(aws, dataclasses.replace(config, settings=settings), {"dataset": "flowers"})
+
+
+def _subscribe(aws) -> str:
+    sqs = __import__("boto3").client("sqs", region_name="us-east-1")
+    url = sqs.create_queue(QueueName="ended")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    aws.sns.subscribe(TopicArn=aws.topic_arn, Protocol="sqs", Endpoint=arn)
+    return url
+
+
+def _notices(url: str) -> list[str]:
+    sqs = __import__("boto3").client("sqs", region_name="us-east-1")
+    return [
+        json.loads(m["Body"])["Message"]
+        for m in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+    ]
+
+
+def test_an_execution_that_failed_before_recording_why_is_closed_and_announced(aws, config):
+    # GIVEN a run that holds its lock, whose execution FAILED while its record still says RUNNING
+    # (the "Record the failure" step itself failed)
+    from controller import execution_events
+
+    url = _subscribe(aws)
+    datasets.acquire("flowers", "flowers-00001", "t", table_name=aws.datasets_table, client=aws.dynamodb)
+    runs.put_run(
+        {"dataset": "flowers", "run_id": "flowers-00001", "status": "RUNNING"},
+        table_name=aws.runs_table,
+        client=aws.dynamodb,
+    )
+    event = _status_change("FAILED", "flowers-00001", "flowers")
+    event["detail"].update(error="RunFailed", cause="ImportFailedError: 3 files failed")
+    # WHEN the execution-ended rule delivers its status change
+    result = execution_events.on_execution_end(event, config=config, dynamodb=aws.dynamodb, sns=aws.sns)
+    # THEN the run is FAILED with the execution's error, the lock is free (with the failure backoff), and
+    # the subscribers are told
+    assert result == {"action": "released", "run_id": "flowers-00001", "notified": True}
+    record = runs.get_run("flowers", "flowers-00001", table_name=aws.runs_table, client=aws.dynamodb)
+    assert (
+        record is not None and record["status"] == "FAILED" and "3 files failed" in record["failure"]["cause"]
+    )
+    state = datasets.get("flowers", table_name=aws.datasets_table, client=aws.dynamodb)
+    assert "active_run" not in state and state["not_before"]
+    [notice] = _notices(url)
+    assert "flowers-00001" in notice and "FAILED" in notice
+
+
+def test_a_failure_the_flow_recorded_is_neither_changed_nor_announced_again(aws, config):
+    from controller import execution_events
+
+    url = _subscribe(aws)
+    runs.put_run(
+        {"dataset": "flowers", "run_id": "flowers-00001", "status": "FAILED"},
+        table_name=aws.runs_table,
+        client=aws.dynamodb,
+    )
+    result = execution_events.on_execution_end(
+        _status_change("FAILED", "flowers-00001", "flowers"),
+        config=config,
+        dynamodb=aws.dynamodb,
+        sns=aws.sns,
+    )
+    assert result == {"action": "not-held", "run_id": "flowers-00001", "notified": False}
+    assert _notices(url) == []
+
+
+def test_a_stopped_execution_is_announced(aws, config):
+    from controller import execution_events
+
+    url = _subscribe(aws)
+    result = execution_events.on_execution_end(
+        _status_change("TIMED_OUT", "flowers-00002", "flowers"),
+        config=config,
+        dynamodb=aws.dynamodb,
+        sns=aws.sns,
+    )
+    assert result["notified"] is True
+    [notice] = _notices(url)
+    assert "ended TIMED_OUT" in notice
