@@ -290,8 +290,9 @@ def prepare(
         client=dynamodb,
     )
     logger.info("run prepared", extra={"dataset": dataset, "run_id": run_id, "images": summary["size"]})
-    # `import` exists from the start, so later states can read it whether or not FSx imported anything.
-    return {"run": run, "import": {"task_id": "", "polls": 0}}
+    # `import` exists from the start, so later states can read it whether or not FSx imported anything;
+    # `api_retry` counts the state machine's retries of transient SageMaker API errors.
+    return {"run": run, "import": {"task_id": "", "polls": 0}, "api_retry": {"count": 0, "wait": 0}}
 
 
 def import_paths(data_prefix: str, new_labels: list[str]) -> list[str]:

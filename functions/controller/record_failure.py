@@ -20,6 +20,14 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 ERROR_CODE = re.compile(r"Error Code: (?P<code>[A-Za-z]+)")
+# API errors that no retry can clear, and what to do about each.
+REFUSALS = {
+    "ValidationException": "Fix the stack parameter or run override that feeds the field it names.",
+    "AccessDeniedException": "The role named there lacks the permission: update template.yaml and deploy.",
+}
+FAIL_ERROR_LIMIT = 256  # a Fail state's Error and Cause (Step Functions' limits)
+STATES_PREFIX = "States."
+FAIL_CAUSE_LIMIT = 32768
 
 
 def explain(error: str, cause: str) -> str:
@@ -32,6 +40,10 @@ def explain(error: str, cause: str) -> str:
             "type, or lower "
             f"MaxParallelTuningJobs / choose another instance type. ({cause[:300]})"
         )
+    if code and code.group("code") in REFUSALS:
+        service, refusal = error.split(".", 1)[0], code.group("code")
+        api_message = cause.split(" (Service: ", 1)[0][:1000]
+        return f"the {service} API refused the request ({refusal}): {api_message}. {REFUSALS[refusal]}"
     try:
         document = json.loads(cause) if cause.startswith("{") else {}
     except json.JSONDecodeError:
@@ -45,6 +57,12 @@ def explain(error: str, cause: str) -> str:
         reason = document.get("FailureReason") or document.get("ExitMessage") or "no failure reason"
         return f"{job} failed: {reason}. See its logs under /aws/sagemaker/."
     return f"{error}: {cause[:1000]}"
+
+
+def execution_error(error: str) -> str:
+    """The error the execution ends with: the run's, without Step Functions' reserved 'States.' prefix
+    (a Fail state may not report it): States.TaskFailed -> TaskFailed."""
+    return error.removeprefix(STATES_PREFIX)[:FAIL_ERROR_LIMIT] or "RunFailed"
 
 
 def final_job(state: dict[str, Any]) -> dict[str, str]:
@@ -97,10 +115,13 @@ def record_failure(
         "run failed", extra={"dataset": dataset, "run_id": run_id, "error": error, "reason": message}
     )
     subject = f"retrain {dataset or '?'}: run {run_id} failed"[:100]
+    # error/cause become the execution's own (the Fail state's ErrorPath/CausePath): what the record says.
     return {
         "recorded": recorded,
         "subject": subject,
         "message": f"Run {run_id} of data set {dataset or '?'} failed.\n{message}",
+        "error": execution_error(error),
+        "cause": message[:FAIL_CAUSE_LIMIT],
     }
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import functools
 import json
 import logging
 import re
@@ -119,6 +120,24 @@ def to_sfn_json(value: Any) -> Any:
     return value
 
 
+@functools.cache
+def _sagemaker_modeled_errors() -> frozenset[str]:
+    """The error codes SageMaker's API model declares (ResourceLimitExceeded, ResourceInUse, ...)."""
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    return frozenset(shape for shape in model.shape_names if model.shape_for(shape).metadata.get("exception"))
+
+
+def sagemaker_error_name(code: str) -> str:
+    """The error a SageMaker Task state fails with: a modelled error by its SDK exception class
+    (SageMaker.ResourceLimitExceededException); every other one (ValidationException, throttling,
+    AccessDeniedException) as SageMaker.AmazonSageMakerException, the cause telling them apart."""
+    if code in _sagemaker_modeled_errors():
+        return f"SageMaker.{code}" if code.endswith("Exception") else f"SageMaker.{code}Exception"
+    return SAGEMAKER_API_ERROR
+
+
 def sagemaker_api_failure(error: ClientError) -> TaskFailed:
     """The Error/Cause Step Functions' optimized SageMaker integration reports for a failed API call."""
     err = error.response.get("Error", {})
@@ -126,10 +145,10 @@ def sagemaker_api_failure(error: ClientError) -> TaskFailed:
     cause = (
         f"{err.get('Message', '')} (Service: AmazonSageMaker; "
         f"Status Code: {meta.get('HTTPStatusCode', 400)}; "
-        f"Error Code: {err.get('Code', 'Unknown')}; Request ID: {meta.get('RequestId', uuid.uuid4())}; "
+        f"Error Code: {code}; Request ID: {meta.get('RequestId', uuid.uuid4())}; "
         "Proxy: null)"
     )
-    return TaskFailed(SAGEMAKER_API_ERROR, cause)
+    return TaskFailed(sagemaker_error_name(code), cause)
 
 
 def sdk_api_failure(service: str, error: ClientError) -> TaskFailed:
@@ -139,6 +158,7 @@ def sdk_api_failure(service: str, error: ClientError) -> TaskFailed:
         code += "Exception"
     pascal = _SDK_ERROR_SERVICE_NAMES.get(service.lower(), service[:1].upper() + service[1:])
     meta = error.response.get("ResponseMetadata", {})
+    code = str(err.get("Code", "Unknown"))
     cause = (
         f"{error.response.get('Error', {}).get('Message', '')} (Service: {pascal}, "
         f"Status Code: {meta.get('HTTPStatusCode', 400)}, Request ID: {meta.get('RequestId', uuid.uuid4())})"

@@ -73,6 +73,9 @@ class Script:
     final_training: str = "Completed"
     throttle_tuning: int = 0
     import_lifecycle: str = "SUCCEEDED"
+    refuse_tuning: str = ""  # an error code SageMaker answers every CreateHyperParameterTuningJob with
+    tuning_attempts: int = 0
+    record_failure_breaks: bool = False
 
 
 @dataclass
@@ -92,6 +95,14 @@ class ScriptedSageMaker:
         self.s3.put_object(Bucket=bucket, Key=key, Body=json.dumps(body).encode())
 
     def create_hyper_parameter_tuning_job(self, **request: Any) -> dict[str, Any]:
+        self.script.tuning_attempts += 1
+        if self.script.refuse_tuning:
+            raise client_error(
+                self.script.refuse_tuning,
+                "1 validation error detected: Value 'x' at 'hyperParameterTuningJobName' failed to satisfy "
+                "constraint: Member must have length less than or equal to 32",
+                "CreateHyperParameterTuningJob",
+            )
         if self.script.throttle_tuning > 0:
             self.script.throttle_tuning -= 1
             raise client_error("ThrottlingException", "Rate exceeded", "CreateHyperParameterTuningJob")
@@ -287,6 +298,8 @@ class Harness:
                 sfn=None,  # type: ignore[arg-type]
             )
         if function_name == "RecordFailureFunction":
+            if self.script.record_failure_breaks:
+                raise RuntimeError("the run table is unreachable")
             return record_failure.record_failure(payload, config=c, dynamodb=a.dynamodb)
         raise AssertionError(f"unexpected function {function_name}")
 
@@ -583,6 +596,9 @@ def test_an_invalid_input_fails_in_the_first_state_with_a_clear_error(harness: H
     result = harness.run({"dataset": "no such/set", "overrides": {"gpus": 8}}, name="bad-input")
     # THEN the execution fails, naming both problems, and no lock was taken
     assert result["status"] == "FAILED"
+    # AND the execution's own error and cause say it (where Step Functions users look first)
+    assert result["error"] == "InvalidRunInputError"
+    assert "dataset" in result["cause"] and "gpus" in result["cause"]
     history = harness.aws.sfn.get_execution_history(executionArn=result["executionArn"])["events"]
     failed = [e for e in history if e["type"] == "LambdaFunctionFailed" or e["type"] == "TaskFailed"]
     cause = json.dumps([e for e in history if "Failed" in e["type"]], default=str)
@@ -643,3 +659,54 @@ def test_debugger_mode_off_checks_no_rules(harness: Harness) -> None:
     assert entries == ["/opt/ml/code/evaluate.py"]
     assert "DebugRuleConfigurations" not in harness.sagemaker.requests["training"][0]
     assert harness.record()["rule_results"] == []
+
+
+def test_a_refused_sagemaker_request_fails_at_once_with_sagemakers_message(harness: Harness) -> None:
+    # GIVEN SageMaker refuses CreateHyperParameterTuningJob as invalid (no retry can fix that)
+    harness.script.refuse_tuning = "ValidationException"
+    # WHEN the run executes
+    result = harness.run({"dataset": "flowers"})
+    # THEN the request was sent once, and the run failed with SageMaker's own words in the record and the
+    # execution's cause
+    assert result["status"] == "FAILED"
+    assert harness.script.tuning_attempts == 1
+    assert result["error"] == "SageMaker.AmazonSageMakerException"
+    record = harness.record()
+    assert "ValidationException" in record["failure"]["cause"]
+    assert (
+        "less than or equal to 32" in record["failure"]["cause"]
+        and "less than or equal to 32" in result["cause"]
+    )
+    assert harness.lock() is None
+
+
+def test_throttling_that_outlasts_the_retries_fails_the_run(harness: Harness) -> None:
+    # GIVEN SageMaker throttles every attempt
+    harness.script.refuse_tuning = "ThrottlingException"
+    # WHEN the run executes (the waits are short in tests: 2+4+8+16+32+64 s is the budget on AWS)
+    result = harness.run({"dataset": "flowers"}, timeout=240)
+    # THEN it retried a bounded number of times, then failed
+    assert result["status"] == "FAILED"
+    assert harness.script.tuning_attempts == 7
+
+
+def test_when_recording_the_failure_fails_the_execution_still_carries_the_runs_error(
+    harness: Harness,
+) -> None:
+    # GIVEN a run whose training fails and whose "Record the failure" step fails too
+    harness.script.final_training = "Failed"
+    harness.script.record_failure_breaks = True
+    # WHEN it executes
+    result = harness.run({"dataset": "flowers"})
+    # THEN the execution fails with the training's error in its cause, and the recorder's after it
+    assert result["status"] == "FAILED" and result["error"] == "RunFailed"
+    assert result["cause"].startswith("States.TaskFailed: ") and "loss became NaN" in result["cause"]
+    assert "the failure could not be recorded" in result["cause"] and "unreachable" in result["cause"]
+
+
+def test_a_failed_job_ends_the_execution_with_its_reason(harness: Harness) -> None:
+    harness.script.final_training = "Failed"
+    result = harness.run({"dataset": "flowers"})
+    assert result["status"] == "FAILED" and result["error"] == "TaskFailed"
+    assert "loss became NaN" in result["cause"] and result["cause"] == harness.record()["failure"]["cause"]
+

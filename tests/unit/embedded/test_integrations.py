@@ -228,16 +228,27 @@ def test_throttled_create_is_retried_under_the_sagemaker_error_name(sfn: Any) ->
     assert len(service.requests) == 1
 
 
-def test_resource_limit_is_caught_with_the_service_error_code_in_the_cause(sfn: Any) -> None:
+def test_a_modelled_error_fails_the_task_with_its_own_name(sfn: Any) -> None:
+    # GIVEN SageMaker refuses with ResourceLimitExceeded, an error its API model declares
     service = ScriptedSageMaker(create_errors=[_client_error("ResourceLimitExceeded", "too many jobs")])
-    catch = [{"ErrorEquals": [SAGEMAKER_API_ERROR], "ResultPath": "$.error", "Next": "Caught"}]
+    catch = [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "Caught"}]
     with installed(sagemaker=service):
         result = _run(sfn, _task(TRAIN_SYNC, {"TrainingJobName": "t"}, Catch=catch), {})
-
+    # THEN the Task fails with the SDK's exception name (what a Retry matches), the code in the cause
     assert result["status"] == "SUCCEEDED"
     error = json.loads(result["output"])["error"]
-    assert error["Error"] == SAGEMAKER_API_ERROR
+    assert error["Error"] == "SageMaker.ResourceLimitExceededException"
     assert "Error Code: ResourceLimitExceeded" in error["Cause"]
+
+
+@pytest.mark.parametrize("code", ["ValidationException", "ThrottlingException", "AccessDeniedException"])
+def test_an_unmodelled_error_is_the_catch_all_name_with_its_code_in_the_cause(sfn: Any, code: str) -> None:
+    service = ScriptedSageMaker(create_errors=[_client_error(code, "no")])
+    catch = [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "Caught"}]
+    with installed(sagemaker=service):
+        result = _run(sfn, _task(TRAIN_SYNC, {"TrainingJobName": "t"}, Catch=catch), {})
+    error = json.loads(result["output"])["error"]
+    assert error["Error"] == SAGEMAKER_API_ERROR and f"Error Code: {code};" in error["Cause"]
 
 
 def test_aws_sdk_fsx_calls_reach_the_fsx_service(sfn: Any) -> None:

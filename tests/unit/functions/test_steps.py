@@ -470,3 +470,28 @@ def test_a_stopped_execution_is_announced(aws, config):
     assert result["notified"] is True
     [notice] = _notices(url)
     assert "ended TIMED_OUT" in notice
+
+
+def test_a_refused_api_request_is_explained_with_the_apis_message_and_what_to_do():
+    cause = (
+        "1 validation error detected: Value 'retrain-my_flowers' at 'modelPackageGroupName' failed to "
+        "satisfy constraint: Member must satisfy regular expression pattern (Service: AmazonSageMaker; "
+        "Status Code: 400; Error Code: ValidationException; Request ID: x; Proxy: null)"
+    )
+    text = record_failure.explain("SageMaker.AmazonSageMakerException", cause)
+    assert text.startswith("the SageMaker API refused the request (ValidationException): 1 validation error")
+    assert "(Service:" not in text and "Fix the stack parameter or run override" in text
+
+
+def test_the_recorded_failure_is_the_executions_error_and_cause(aws, config):
+    state = {
+        "error": {
+            "Error": "States.TaskFailed",
+            "Cause": json.dumps({"TrainingJobName": "j", "FailureReason": "oom"}),
+        }
+    }
+    result = record_failure.record_failure(
+        {"state": state, "input": {"dataset": "flowers"}}, config=config, dynamodb=aws.dynamodb
+    )
+    assert result["error"] == "TaskFailed"  # a Fail state may not report a States.* name
+    assert result["cause"] == "j failed: oom. See its logs under /aws/sagemaker/."
