@@ -30,3 +30,7 @@ class ImportFailedError(ControllerError):
 
 class JobOutputMissingError(ControllerError):
     """A SageMaker job finished without the output file its next state reads."""
+
+
+class RuleEvaluationsInProgressError(ControllerError):
+    """Managed Debugger is still evaluating a rule of the final training job; the state machine retries."""

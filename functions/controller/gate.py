@@ -10,6 +10,7 @@ import boto3
 
 from controller import container, runs
 from controller.config import Config, get_config
+from controller.errors import RuleEvaluationsInProgressError
 from controller.observability import logger, tracer
 from controller.s3io import read_json
 
@@ -17,8 +18,11 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_s3 import S3Client
+    from mypy_boto3_sagemaker import SageMakerClient
 
 ISSUES_FOUND = "IssuesFound"
+RULE_NO_VERDICT = ("Error", "Stopped")
+MANAGED_RULE_DONE = ("NoIssuesFound", ISSUES_FOUND, *RULE_NO_VERDICT)
 
 
 @dataclass(frozen=True)
@@ -33,8 +37,18 @@ def decide(
 ) -> runs.Gate:
     """Pure: accept or reject, with the reason a person reads in the notification."""
     flagged = [r["rule"] for r in rule_results if r.get("status") == ISSUES_FOUND]
+    # A rule that could not reach a verdict (Error, Stopped) counts as a finding when findings block:
+    # a model the checks could not clear is not accepted silently.
+    unchecked = [
+        f"{r['rule']} ({r.get('status')})" for r in rule_results if r.get("status") in RULE_NO_VERDICT
+    ]
     if flagged and thresholds.block_on_rule_issues:
         return {"decision": "rejected", "reason": f"rule(s) {', '.join(flagged)} found issues in training"}
+    if unchecked and thresholds.block_on_rule_issues:
+        return {
+            "decision": "rejected",
+            "reason": f"rule(s) {', '.join(unchecked)} could not be evaluated, and BlockOnRuleIssues is true",
+        }
     if challenger < thresholds.min_accuracy:
         return {
             "decision": "rejected",
@@ -48,6 +62,8 @@ def decide(
         }
     versus = f"champion {champion:.4f}" if champion is not None else "no champion yet"
     note = f"; rule(s) {', '.join(flagged)} found issues (not blocking)" if flagged else ""
+    if unchecked:
+        note += f"; rule(s) {', '.join(unchecked)} could not be evaluated (not blocking)"
     return {"decision": "accepted", "reason": f"top-1 accuracy {challenger:.4f} ({versus}){note}"}
 
 
@@ -63,24 +79,55 @@ def _evaluation(prefix: str, job: str, *, s3: S3Client) -> runs.Evaluation:
     }
 
 
-def rule_results(run: dict[str, Any], model: dict[str, Any], *, s3: S3Client) -> list[runs.RuleResult]:
+def managed_rule_results(training_job: str, *, sagemaker: SageMakerClient) -> list[runs.RuleResult]:
+    """Managed Debugger's verdicts on the final training job, tensor and profiler rules alike. Rule
+    evaluations go on after the job completes: while one is not done this raises
+    RuleEvaluationsInProgressError, which the state machine retries."""
+    description = sagemaker.describe_training_job(TrainingJobName=training_job)
+    statuses = [
+        *description.get("DebugRuleEvaluationStatuses", []),
+        *description.get("ProfilerRuleEvaluationStatuses", []),
+    ]
+    pending = [
+        str(s.get("RuleConfigurationName", "?"))
+        for s in statuses
+        if s.get("RuleEvaluationStatus") not in MANAGED_RULE_DONE
+    ]
+    if pending:
+        raise RuleEvaluationsInProgressError(
+            f"Debugger rule(s) {', '.join(pending)} of training job {training_job} are still being "
+            "evaluated; the gate waits for every rule's verdict"
+        )
+    return [
+        {
+            "rule": str(s.get("RuleConfigurationName", "?")),
+            "status": str(s.get("RuleEvaluationStatus", "?")),
+            "detail": str(s.get("StatusDetails", "")),
+        }
+        for s in statuses
+    ]
+
+
+def rule_results(
+    run: dict[str, Any], model: dict[str, Any], *, s3: S3Client, sagemaker: SageMakerClient | None
+) -> list[runs.RuleResult]:
     mode = run.get("debugger_mode", "open")
     if mode == "open":
         uri = str(run["rules_s3_uri"]).rstrip("/") + "/" + container.RULE_RESULTS_FILE
         return list(read_json(uri, s3=s3, what=f"{container.RULE_RESULTS_FILE} of {run['jobs']['rules']}"))
-    if mode == "managed":
-        return [
-            {
-                "rule": str(s.get("RuleConfigurationName", "?")),
-                "status": str(s.get("RuleEvaluationStatus", "?")),
-                "detail": str(s.get("StatusDetails", "")),
-            }
-            for s in model.get("rule_statuses") or []
-        ]
+    if mode == "managed" and model.get("final") and sagemaker is not None:
+        return managed_rule_results(str(model["training_job"]), sagemaker=sagemaker)
     return []
 
 
-def gate(event: dict[str, Any], *, config: Config, dynamodb: DynamoDBClient, s3: S3Client) -> dict[str, Any]:
+def gate(
+    event: dict[str, Any],
+    *,
+    config: Config,
+    dynamodb: DynamoDBClient,
+    s3: S3Client,
+    sagemaker: SageMakerClient | None = None,
+) -> dict[str, Any]:
     run, model = event["run"], event["model"]
     challenger = _evaluation(run["challenger_s3_uri"], run["jobs"]["challenger"], s3=s3)
     challenger["model_data"] = str(model["model_data"])
@@ -89,7 +136,7 @@ def gate(event: dict[str, Any], *, config: Config, dynamodb: DynamoDBClient, s3:
         if run.get("has_champion")
         else None
     )
-    rules = rule_results(run, model, s3=s3)
+    rules = rule_results(run, model, s3=s3, sagemaker=sagemaker)
     thresholds = Thresholds(config.min_accuracy, config.min_improvement, config.block_on_rule_issues)
     decision = decide(challenger["top1"], champion["top1"] if champion else None, rules, thresholds)
     fields: dict[str, Any] = {
@@ -112,4 +159,10 @@ def gate(event: dict[str, Any], *, config: Config, dynamodb: DynamoDBClient, s3:
 @tracer.capture_lambda_handler
 @logger.inject_lambda_context
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return gate(event, config=get_config(), dynamodb=boto3.client("dynamodb"), s3=boto3.client("s3"))
+    return gate(
+        event,
+        config=get_config(),
+        dynamodb=boto3.client("dynamodb"),
+        s3=boto3.client("s3"),
+        sagemaker=boto3.client("sagemaker"),
+    )

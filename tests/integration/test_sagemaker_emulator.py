@@ -24,6 +24,7 @@ from PIL import Image
 
 import contract
 from retrain.embedded.sagemaker import INTERRUPTIONS_FIELD, SageMakerEmulator, SpotSchedule, api_installed
+from tests.unit.embedded.sagemaker.conftest import training_done
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -112,7 +113,7 @@ def wait_training(sagemaker: Any, name: str, timeout: float = 240) -> dict[str, 
     deadline = time.time() + timeout
     while time.time() < deadline:
         job: dict[str, Any] = sagemaker.describe_training_job(TrainingJobName=name)
-        if job["TrainingJobStatus"] in ("Completed", "Failed", "Stopped"):
+        if training_done(job):
             return job
         time.sleep(0.5)
     raise AssertionError(f"training job {name} did not end within {timeout}s")

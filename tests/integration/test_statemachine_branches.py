@@ -75,6 +75,7 @@ class Script:
     import_lifecycle: str = "SUCCEEDED"
     refuse_tuning: str = ""  # an error code SageMaker answers every CreateHyperParameterTuningJob with
     tuning_attempts: int = 0
+    rules_pending_describes: int = 0  # describes that still show managed rules InProgress
     record_failure_breaks: bool = False
 
 
@@ -184,7 +185,14 @@ class ScriptedSageMaker:
             raise client_error(
                 "ValidationException", f"Requested resource not found: {name}", "DescribeTrainingJob"
             )
-        return dict(self.jobs[name])
+        job = dict(self.jobs[name])
+        if "DebugRuleEvaluationStatuses" in job and self.script.rules_pending_describes > 0:
+            self.script.rules_pending_describes -= 1
+            job["DebugRuleEvaluationStatuses"] = [
+                {**status, "RuleEvaluationStatus": "InProgress"}
+                for status in job["DebugRuleEvaluationStatuses"]
+            ]
+        return job
 
     def create_processing_job(self, **request: Any) -> dict[str, Any]:
         self._record("processing", request)
@@ -285,7 +293,7 @@ class Harness:
         if function_name == "PickBestCandidateFunction":
             return best_candidate.pick(payload, config=c, dynamodb=a.dynamodb, sagemaker=self.sagemaker)  # type: ignore[arg-type]
         if function_name == "GateFunction":
-            return gate.gate(payload, config=c, dynamodb=a.dynamodb, s3=a.s3)
+            return gate.gate(payload, config=c, dynamodb=a.dynamodb, s3=a.s3, sagemaker=self.sagemaker)  # type: ignore[arg-type]
         if function_name == "RegisterModelFunction":
             return register.register(payload, config=c, dynamodb=a.dynamodb, sagemaker=a.sagemaker)
         if function_name == "FinalizeRunFunction":
@@ -710,3 +718,16 @@ def test_a_failed_job_ends_the_execution_with_its_reason(harness: Harness) -> No
     assert result["status"] == "FAILED" and result["error"] == "TaskFailed"
     assert "loss became NaN" in result["cause"] and result["cause"] == harness.record()["failure"]["cause"]
 
+
+def test_the_gate_waits_for_managed_rules_still_being_evaluated(harness: Harness) -> None:
+    # GIVEN managed Debugger, whose rule evaluations are still running when the training job completes
+    _with_debugger_mode(harness, "managed")
+    harness.script.rules_pending_describes = 2  # the .sync poll sees one, the gate's first look the other
+    # WHEN the run executes
+    result = harness.run({"dataset": "flowers"}, timeout=120)
+    # THEN the gate waited for the verdicts and decided on them
+    assert result["status"] == "SUCCEEDED", result
+    assert harness.script.rules_pending_describes == 0
+    record = harness.record()
+    assert record["gate"]["decision"] == "accepted"
+    assert {r["status"] for r in record["rule_results"]} == {"NoIssuesFound"}

@@ -284,21 +284,8 @@ class TrainingRun:
             if status != "Failed":
                 status, secondary = "Failed", "Failed"
                 reason = f"InternalServerError: uploading the job's artifacts failed: {exc}"
-        if self.rule_statuses:
-            if status == "Completed":
-                changes.update(
-                    debugger.evaluate_rules(
-                        self.request,
-                        self.rule_statuses,
-                        code_dir=self.ctx.code_dir,
-                        base=self.tree["base"],
-                        job_dir=self.job_dir,
-                        logs=self.ctx.logs,
-                        job_name=self.name,
-                    )
-                )
-            else:
-                changes.update(debugger.stop_statuses(self.rule_statuses, f"the training job ended {status}"))
+        if self.rule_statuses and status != "Completed":
+            changes.update(debugger.stop_statuses(self.rule_statuses, f"the training job ended {status}"))
         training_seconds = max(1, math.ceil(end - self.started))
         if self.spot:
             on_instance = max(0.0, end - self.started - self.waiting_seconds)
@@ -327,6 +314,20 @@ class TrainingRun:
         }
         self.transition(secondary, messages.get(secondary, secondary))
         self.update({"TrainingJobStatus": status})
+        if self.rule_statuses and status == "Completed":
+            # As on SageMaker, rule evaluations finish after the job: the job reads Completed while its
+            # rules are still InProgress.
+            self.update(
+                debugger.evaluate_rules(
+                    self.request,
+                    self.rule_statuses,
+                    code_dir=self.ctx.code_dir,
+                    base=self.tree["base"],
+                    job_dir=self.job_dir,
+                    logs=self.ctx.logs,
+                    job_name=self.name,
+                )
+            )
 
     def _prepare_tree(self) -> None:
         shutil.rmtree(self.tree["base"], ignore_errors=True)

@@ -393,6 +393,78 @@ def test_prepare_refuses_an_optimizer_the_container_does_not_have(aws, config, e
         _prepare(aws, dataclasses.replace(config, settings=settings), {"dataset": "flowers"})
 
 
+def _managed_job(aws, statuses: dict[str, str], profiler: dict[str, str] | None = None) -> str:
+    """A training job in moto's SageMaker with managed Debugger rule statuses."""
+    job = "rt-0-train"
+    description = {
+        "DebugRuleEvaluationStatuses": [
+            {"RuleConfigurationName": name, "RuleEvaluationStatus": status, "StatusDetails": f"{name} says"}
+            for name, status in statuses.items()
+        ],
+        "ProfilerRuleEvaluationStatuses": [
+            {"RuleConfigurationName": name, "RuleEvaluationStatus": status}
+            for name, status in (profiler or {}).items()
+        ],
+    }
+
+    class Described:
+        def describe_training_job(self, TrainingJobName: str) -> dict:  # noqa: N803 - boto3's spelling
+            assert TrainingJobName == job
+            return description
+
+    aws.managed_sagemaker = Described()
+    return job
+
+
+def test_managed_rules_still_being_evaluated_hold_the_gate(aws):
+    # GIVEN the final job completed while a managed rule is still InProgress
+    job = _managed_job(aws, {"LossNotDecreasing": "NoIssuesFound", "Overfit": "InProgress"})
+    # WHEN the gate reads the verdicts
+    from controller.errors import RuleEvaluationsInProgressError
+
+    with pytest.raises(RuleEvaluationsInProgressError, match="Overfit"):
+        gate.managed_rule_results(job, sagemaker=aws.managed_sagemaker)
+
+
+def test_managed_profiler_rules_count_as_much_as_tensor_rules(aws):
+    job = _managed_job(aws, {"Overfit": "NoIssuesFound"}, profiler={"CPUBottleneck": "IssuesFound"})
+    results = gate.managed_rule_results(job, sagemaker=aws.managed_sagemaker)
+    decision = gate.decide(0.9, None, results, gate.Thresholds(0.5, 0.0, True))
+    assert decision["decision"] == "rejected" and "CPUBottleneck" in decision["reason"]
+
+
+@pytest.mark.parametrize(("block", "decision"), [(True, "rejected"), (False, "accepted")])
+def test_a_rule_that_could_not_be_evaluated_counts_as_a_finding_when_findings_block(block, decision):
+    rules: list[runs.RuleResult] = [{"rule": "Overfit", "status": "Error", "detail": "no tensors"}]
+    result = gate.decide(0.9, None, rules, gate.Thresholds(0.5, 0.0, block))
+    assert result["decision"] == decision and "Overfit (Error) could not be evaluated" in result["reason"]
+
+
+def test_a_refused_api_request_is_explained_with_the_apis_message_and_what_to_do():
+    cause = (
+        "1 validation error detected: Value 'retrain-my_flowers' at 'modelPackageGroupName' failed to "
+        "satisfy constraint: Member must satisfy regular expression pattern (Service: AmazonSageMaker; "
+        "Status Code: 400; Error Code: ValidationException; Request ID: x; Proxy: null)"
+    )
+    text = record_failure.explain("SageMaker.AmazonSageMakerException", cause)
+    assert text.startswith("the SageMaker API refused the request (ValidationException): 1 validation error")
+    assert "(Service:" not in text and "Fix the stack parameter or run override" in text
+
+
+def test_the_recorded_failure_is_the_executions_error_and_cause(aws, config):
+    state = {
+        "error": {
+            "Error": "States.TaskFailed",
+            "Cause": json.dumps({"TrainingJobName": "j", "FailureReason": "oom"}),
+        }
+    }
+    result = record_failure.record_failure(
+        {"state": state, "input": {"dataset": "flowers"}}, config=config, dynamodb=aws.dynamodb
+    )
+    assert result["error"] == "TaskFailed"  # a Fail state may not report a States.* name
+    assert result["cause"] == "j failed: oom. See its logs under /aws/sagemaker/."
+
+
 def _subscribe(aws) -> str:
     sqs = __import__("boto3").client("sqs", region_name="us-east-1")
     url = sqs.create_queue(QueueName="ended")["QueueUrl"]
@@ -470,28 +542,3 @@ def test_a_stopped_execution_is_announced(aws, config):
     assert result["notified"] is True
     [notice] = _notices(url)
     assert "ended TIMED_OUT" in notice
-
-
-def test_a_refused_api_request_is_explained_with_the_apis_message_and_what_to_do():
-    cause = (
-        "1 validation error detected: Value 'retrain-my_flowers' at 'modelPackageGroupName' failed to "
-        "satisfy constraint: Member must satisfy regular expression pattern (Service: AmazonSageMaker; "
-        "Status Code: 400; Error Code: ValidationException; Request ID: x; Proxy: null)"
-    )
-    text = record_failure.explain("SageMaker.AmazonSageMakerException", cause)
-    assert text.startswith("the SageMaker API refused the request (ValidationException): 1 validation error")
-    assert "(Service:" not in text and "Fix the stack parameter or run override" in text
-
-
-def test_the_recorded_failure_is_the_executions_error_and_cause(aws, config):
-    state = {
-        "error": {
-            "Error": "States.TaskFailed",
-            "Cause": json.dumps({"TrainingJobName": "j", "FailureReason": "oom"}),
-        }
-    }
-    result = record_failure.record_failure(
-        {"state": state, "input": {"dataset": "flowers"}}, config=config, dynamodb=aws.dynamodb
-    )
-    assert result["error"] == "TaskFailed"  # a Fail state may not report a States.* name
-    assert result["cause"] == "j failed: oom. See its logs under /aws/sagemaker/."

@@ -107,12 +107,17 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 60.0, what: str =
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def training_done(job: dict[str, Any]) -> bool:
+    """The job ended and so did its Debugger rule evaluations (they finish after a Completed job)."""
+    rules = [*job.get("DebugRuleEvaluationStatuses", []), *job.get("ProfilerRuleEvaluationStatuses", [])]
+    return job["TrainingJobStatus"] in ("Completed", "Failed", "Stopped") and all(
+        r["RuleEvaluationStatus"] not in ("InProgress", "Stopping") for r in rules
+    )
+
+
 def wait_training(emulator: SageMakerEmulator, name: str, timeout: float = 60.0) -> dict[str, Any]:
     wait_until(
-        lambda: (
-            emulator.describe_training_job(TrainingJobName=name)["TrainingJobStatus"]
-            in ("Completed", "Failed", "Stopped")
-        ),
+        lambda: training_done(emulator.describe_training_job(TrainingJobName=name)),
         timeout,
         f"training job {name}",
     )
