@@ -100,9 +100,13 @@ class SqsPoller:
         invoke: Invoker,
         region: str = "us-east-1",
         time_scale: float = 1.0,
+        control_client: Any = None,
     ) -> None:
         self.mapping = mapping
         self._sqs = sqs_client
+        # Lambda reads and deletes with the function's role (sqs_client). Making a failed batch visible
+        # again sooner is this emulation's shortcut, not a call Lambda makes: the operator's client does it.
+        self._control = control_client if control_client is not None else sqs_client
         self._invoke = invoke
         self._region = region
         self._scale = time_scale
@@ -160,7 +164,7 @@ class SqsPoller:
             failed = None
         for message in batch:
             if failed is None or message["MessageId"] in failed:
-                self._sqs.change_message_visibility(
+                self._control.change_message_visibility(
                     QueueUrl=self.mapping.queue_url,
                     ReceiptHandle=message["ReceiptHandle"],
                     VisibilityTimeout=max(0, round(self._visibility * self._scale)),

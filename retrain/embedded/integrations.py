@@ -14,7 +14,13 @@ and in a ``ThreadedMotoServer`` thread alike):
 - ``events.models.Rule.send_to_targets``: EventBridge rules with Lambda targets (moto raises for them)
   invoke the function asynchronously with the event or the target's Input/InputPath/InputTransformer;
 - ``CustomErrorName`` in moto's Parallel and Map states: a branch's ``States.*`` error is re-raised as
-  such instead of crashing the execution.
+  such instead of crashing the execution;
+- ``BaseExecutionWorkerCommunication.terminated``: an ended execution is reported as Step Functions'
+  "Execution Status Change" event (``on_execution_end``), as EventBridge delivers it on AWS;
+- with a :class:`TaskGate`, every Task acts as the state machine's role: the calls served in-process
+  are held against the API contract and the role's policies (``.sync`` with what Step Functions does
+  behind the scenes), and the calls moto's interpreter sends over HTTP are signed with the role's
+  credentials (``boto_client_for``), so the gated server authorises them.
 
 ``tests/unit/embedded/test_integrations.py`` asserts the patched symbols exist with the shapes relied on,
 so a moto upgrade that moves them fails loudly there.
@@ -92,6 +98,16 @@ class SageMakerService(Protocol):
     def describe_hyper_parameter_tuning_job(self, **request: Any) -> dict[str, Any]: ...
 
 
+class TaskGate(Protocol):
+    """Authorises a Task's request as the state machine's role (raises ``RequestRefused``-likes with
+    ``client_error(operation)``), and signs the calls moto's interpreter makes for it."""
+
+    def check_task(
+        self, role_arn: str, service: str, operation: str, params: dict[str, Any], *, sync: bool
+    ) -> None: ...
+    def credentials(self, role_arn: str) -> tuple[str, str]: ...
+
+
 @runtime_checkable
 class FsxService(Protocol):
     """FSx for Lustre file systems and data repository tasks, with boto3's shapes."""
@@ -142,6 +158,7 @@ def sagemaker_api_failure(error: ClientError) -> TaskFailed:
     """The Error/Cause Step Functions' optimized SageMaker integration reports for a failed API call."""
     err = error.response.get("Error", {})
     meta = error.response.get("ResponseMetadata", {})
+    code = str(err.get("Code", "Unknown"))
     cause = (
         f"{err.get('Message', '')} (Service: AmazonSageMaker; "
         f"Status Code: {meta.get('HTTPStatusCode', 400)}; "
@@ -158,7 +175,6 @@ def sdk_api_failure(service: str, error: ClientError) -> TaskFailed:
         code += "Exception"
     pascal = _SDK_ERROR_SERVICE_NAMES.get(service.lower(), service[:1].upper() + service[1:])
     meta = error.response.get("ResponseMetadata", {})
-    code = str(err.get("Code", "Unknown"))
     cause = (
         f"{error.response.get('Error', {}).get('Message', '')} (Service: {pascal}, "
         f"Status Code: {meta.get('HTTPStatusCode', 400)}, Request ID: {meta.get('RequestId', uuid.uuid4())})"
@@ -177,8 +193,22 @@ def sync_job_outcome(action: str, description: Mapping[str, Any]) -> dict[str, A
     return None
 
 
-def call_service(service: object, action: str, request: dict[str, Any], *, api: str) -> dict[str, Any]:
-    """Call ``service.<action>(**request)``; a ClientError becomes the Task failure Step Functions reports."""
+def operation_name(action: str) -> str:
+    """``create_training_job`` / ``createTrainingJob`` -> ``CreateTrainingJob`` (botocore's name)."""
+    return "".join(part[:1].upper() + part[1:] for part in re.split(r"_", action))
+
+
+def call_service(
+    service: object,
+    action: str,
+    request: dict[str, Any],
+    *,
+    api: str,
+    role_arn: str | None = None,
+    sync: bool = False,
+) -> dict[str, Any]:
+    """Call ``service.<action>(**request)`` as ``role_arn`` (gated when a gate is installed); a
+    ClientError becomes the Task failure Step Functions reports."""
     method = getattr(service, action, None)
     if method is None:
         raise TaskFailed(
@@ -186,20 +216,41 @@ def call_service(service: object, action: str, request: dict[str, Any], *, api: 
             f"The embedded {api} service does not implement {action!r}; add it to the emulator.",
         )
     try:
+        gate = _ACTIVE.gate
+        if gate is not None and role_arn is not None:
+            try:
+                gate.check_task(role_arn, api, operation_name(action), request, sync=sync)
+            except Exception as refused:
+                if not hasattr(refused, "client_error"):
+                    raise
+                raise refused.client_error(operation_name(action)) from None
         response = method(**request)
     except ClientError as exc:
         raise (sagemaker_api_failure(exc) if api == "sagemaker" else sdk_api_failure(api, exc)) from exc
     return dict(to_sfn_json(response or {}))
 
 
+def execution_role(env: Any) -> str | None:
+    """The role an execution acts as (its state machine's), from the context object."""
+    try:
+        return str(env.states.context_object.context_object_data["Execution"]["RoleArn"]) or None
+    except (AttributeError, KeyError, TypeError):
+        return None
+
+
 class _Installed:
     lambda_invoker: LambdaInvoker | None = None
     sagemaker: SageMakerService | None = None
     fsx: FsxService | None = None
+    gate: TaskGate | None = None
+    on_execution_end: Callable[[dict[str, Any]], None] | None = None
 
 
 _ACTIVE = _Installed()
 _LOCK = threading.Lock()
+# The role of the execution whose state runs on this thread (Parallel branches run on threads of their own,
+# and each of their states sets it again).
+_ACTING = threading.local()
 
 
 def _header(headers: Any, name: str) -> str | None:
@@ -336,7 +387,12 @@ def _task_classes() -> tuple[type, type]:
                 )
             env.stack.append(
                 call_service(
-                    service, snake_case(self.resource.api_action), normalised_parameters, api="sagemaker"
+                    service,
+                    snake_case(self.resource.api_action),
+                    normalised_parameters,
+                    api="sagemaker",
+                    role_arn=execution_role(env),
+                    sync=self.resource.condition == sync,
                 )
             )
 
@@ -396,10 +452,54 @@ def _task_classes() -> tuple[type, type]:
                     self._get_boto_service_action(),
                     normalised_parameters,
                     api=self.resource.api_name.lower(),
+                    role_arn=execution_role(env),
                 )
             )
 
     return SageMakerTask, AwsSdkTask
+
+
+EXECUTION_STATUS_CHANGE: Final = "Step Functions Execution Status Change"
+
+
+def _millis(moment: Any) -> int | None:
+    return int(moment.timestamp() * 1000) if isinstance(moment, datetime.datetime) else None
+
+
+def execution_status_event(execution: Any) -> dict[str, Any]:
+    """The PutEvents entry Step Functions sends when an execution ends (source aws.states)."""
+    status = str(getattr(execution.exec_status, "value", execution.exec_status))  # moto's enum, or its text
+    detail = {
+        "executionArn": execution.exec_arn,
+        "stateMachineArn": execution.state_machine_arn,
+        "name": execution.name,
+        "status": status,
+        "startDate": _millis(execution.start_date),
+        "stopDate": _millis(execution.stop_date),
+        "input": json.dumps(execution.input_data),
+        "output": json.dumps(execution.output) if execution.output is not None else None,
+        "error": execution.error,
+        "cause": execution.cause,
+    }
+    return {
+        "Source": "aws.states",
+        "DetailType": EXECUTION_STATUS_CHANGE,
+        "Detail": json.dumps(detail, default=str),
+        "Resources": [execution.exec_arn],
+    }
+
+
+def _reporting_end(original: Callable[..., None]) -> Callable[..., None]:
+    def terminated(self: Any) -> None:
+        original(self)
+        publish = _ACTIVE.on_execution_end
+        if publish is not None:
+            try:
+                publish(execution_status_event(self.execution))
+            except Exception:
+                LOG.exception("could not report the end of execution %s", self.execution.exec_arn)
+
+    return terminated
 
 
 def target_input(target: Mapping[str, Any], event: dict[str, Any]) -> Any:
@@ -471,14 +571,63 @@ def _rethrown_error_name(error_name: str) -> Any:
     return CustomErrorName(error_name=error_name)
 
 
+def _boto_client_modules() -> list[Any]:
+    """The modules of moto's interpreter that build their clients with ``boto_client_for``."""
+    import importlib
+    import pkgutil
+
+    from moto.stepfunctions.parser.asl.component.state.exec import state_task
+
+    found = []
+    for info in pkgutil.walk_packages(state_task.__path__, state_task.__name__ + "."):
+        module = importlib.import_module(info.name)
+        if hasattr(module, "boto_client_for"):
+            found.append(module)
+    return found
+
+
+def _signed_as_the_role(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``boto_client_for`` that signs with the acting execution's role (moto signs every call as 'ak')."""
+
+    def boto_client_for(region: str, service: str, state_credentials: Any = None) -> Any:
+        gate, role = _ACTIVE.gate, getattr(_ACTING, "role", None)
+        client = original(region, service, state_credentials)
+        if gate is None or role is None:
+            return client
+        key, secret = gate.credentials(role)
+        import boto3
+
+        return boto3.client(  # type: ignore[call-overload]
+            service,
+            region_name=region,
+            aws_access_key_id=key,
+            aws_secret_access_key=secret,
+            endpoint_url=client.meta.endpoint_url,
+            config=client.meta.config,
+        )
+
+    return boto_client_for
+
+
+def _acting_state(original: Callable[..., Any]) -> Callable[..., Any]:
+    def _eval_state(self: Any, env: Any) -> Any:
+        _ACTING.role = execution_role(env)
+        return original(self, env)
+
+    return _eval_state
+
+
 @contextmanager
 def installed(
     *,
     lambda_invoker: LambdaInvoker | None = None,
     sagemaker: SageMakerService | None = None,
     fsx: FsxService | None = None,
+    gate: TaskGate | None = None,
+    on_execution_end: Callable[[dict[str, Any]], None] | None = None,
 ) -> Iterator[None]:
-    """Patch moto in this process so Task states and Lambda invokes reach the embedded services."""
+    """Patch moto in this process so Task states and Lambda invokes reach the embedded services (and, with a
+    gate, act as the state machine's role)."""
     from moto.awslambda import models as lambda_models
     from moto.stepfunctions.parser.asl.component.state.exec.state_task import state_task_factory as factory
 
@@ -504,12 +653,27 @@ def installed(
     original_send = rule_class.send_to_targets
     error_name_modules = _error_name_modules()
     original_error_names = [module.CustomErrorName for module in error_name_modules]
+    from moto.stepfunctions.parser.asl.component.state.exec.execute_state import ExecutionState
+
+    execution_state: Any = ExecutionState
+    original_eval_state = execution_state._eval_state
+    client_modules = _boto_client_modules()
+    original_clients = [module.boto_client_for for module in client_modules]
+    from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
+
+    communication: Any = BaseExecutionWorkerCommunication
+    original_terminated = communication.terminated
     _ACTIVE.lambda_invoker, _ACTIVE.sagemaker, _ACTIVE.fsx = lambda_invoker, sagemaker, fsx
+    _ACTIVE.gate, _ACTIVE.on_execution_end = gate, on_execution_end
+    communication.terminated = _reporting_end(original_terminated)
     state_task_factory.state_task_service_for = service_for
     lambda_function.invoke = _patched_lambda_invoke(original_invoke)
     rule_class.send_to_targets = _patched_send_to_targets(original_send)
     for module in error_name_modules:
         module.CustomErrorName = _rethrown_error_name
+    execution_state._eval_state = _acting_state(original_eval_state)
+    for module, original_client in zip(client_modules, original_clients, strict=True):
+        module.boto_client_for = _signed_as_the_role(original_client)
     try:
         yield
     finally:
@@ -518,5 +682,10 @@ def installed(
         rule_class.send_to_targets = original_send
         for module, original in zip(error_name_modules, original_error_names, strict=True):
             module.CustomErrorName = original
-        _ACTIVE.lambda_invoker = _ACTIVE.sagemaker = _ACTIVE.fsx = None
+        execution_state._eval_state = original_eval_state
+        communication.terminated = original_terminated
+        _ACTIVE.on_execution_end = None
+        for module, original_client in zip(client_modules, original_clients, strict=True):
+            module.boto_client_for = original_client
+        _ACTIVE.lambda_invoker = _ACTIVE.sagemaker = _ACTIVE.fsx = _ACTIVE.gate = None
         _LOCK.release()

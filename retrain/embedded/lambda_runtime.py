@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Final
@@ -44,6 +45,7 @@ class FunctionSpec:
     timeout_seconds: float = 3.0
     memory_mb: int = 128
     logical_id: str = ""
+    role_arn: str = ""  # the execution role: the function's AWS calls are signed as its session
 
 
 class _Worker:
@@ -107,6 +109,7 @@ class LambdaRuntime:
         region: str = "us-east-1",
         max_concurrency: int = 2,
         base_environment: dict[str, str] | None = None,
+        credentials: Callable[[str], tuple[str, str]] | None = None,
     ) -> None:
         self.functions = dict(functions)
         self._endpoint = endpoint_url
@@ -115,6 +118,7 @@ class LambdaRuntime:
         self._log_dir.mkdir(parents=True, exist_ok=True)
         self._max = max_concurrency
         self._base = base_environment if base_environment is not None else _inherited_environment()
+        self._credentials = credentials
         self._idle: dict[str, list[_Worker]] = {}
         self._busy: dict[str, int] = {}
         self._cond = threading.Condition()
@@ -134,9 +138,16 @@ class LambdaRuntime:
         )
 
     def environment(self, spec: FunctionSpec) -> dict[str, str]:
-        """What the function's process sees: the machine's basics, Lambda's own variables, the template's."""
+        """What the function's process sees: the machine's basics, Lambda's own variables (its role's
+        credentials among them), the template's."""
+        role: dict[str, str] = {}
+        if self._credentials is not None and spec.role_arn:
+            key, secret = self._credentials(spec.role_arn)
+            role = {"AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret}
+        base = {k: v for k, v in self._base.items() if not (role and k == "AWS_SESSION_TOKEN")}
         return {
-            **self._base,
+            **base,
+            **role,
             "AWS_ENDPOINT_URL": self._endpoint,
             "AWS_REGION": self._region,
             "AWS_DEFAULT_REGION": self._region,

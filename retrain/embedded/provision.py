@@ -58,8 +58,10 @@ WIRED_TYPES: Final = (
     "AWS::DynamoDB::Table",
     "AWS::StepFunctions::StateMachine",
 )
-# Declared for AWS and inert here: access policies, alarms and dashboards change no behaviour the
-# emulation runs (IAM is not enforced by moto).
+# Created by moto's CloudFormation without a runtime of their own here: alarms and dashboards change no
+# behaviour the emulation runs; the IAM roles' policies are enforced by retrain.embedded.iam (read back
+# from moto's IAM after creation); resource policies (queue, topic, bucket, Lambda permissions) are not
+# evaluated (README, Deploying to AWS).
 INERT_TYPES: Final = frozenset(
     {
         "AWS::Lambda::Permission",
@@ -627,6 +629,7 @@ def wire(
                 timeout_seconds=float(config.get("Timeout", 3)),
                 memory_mb=int(config.get("MemorySize", 128)),
                 logical_id=logical_id,
+                role_arn=str(config.get("Role", "")),
             )
         elif kind == "AWS::SQS::Queue":
             wiring.queues[logical_id] = name

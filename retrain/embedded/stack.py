@@ -1,9 +1,11 @@
 """The embedded stack's lifetime: a moto server on 127.0.0.1 with the runtime around it, from template.yaml.
 
 ``EmbeddedStack`` starts the server (``AWS_ENDPOINT_URL`` for everything: the CLI, the Lambda processes,
-the training jobs), installs the integrations moto lacks, provisions the template as a CloudFormation
-stack, wires the Lambda runtime, the SQS pollers and the scheduler, and restores the data saved by the
-previous stop. ``stop()`` saves the data again (``snapshot``), so runs, reports and warm starts outlive
+the training jobs) behind the gatekeeper (every request held against its API contract and its role's
+IAM policies, :mod:`retrain.embedded.iam`), installs the integrations moto lacks, provisions the
+template as a CloudFormation stack (its parameters and Rules checked first), wires the Lambda runtime,
+the SQS pollers and the scheduler (each signing as its function's role), and restores the data saved by
+the previous stop. ``stop()`` saves the data again (``snapshot``), so runs, reports and warm starts outlive
 the process. ``up()``/``down()`` run the same stack as a background process for ``retrain local up|down``.
 """
 
@@ -14,6 +16,7 @@ import faulthandler
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -32,8 +35,13 @@ from retrain.embedded import integrations, provision, snapshot
 from retrain.embedded.event_sources import Scheduler, SqsPoller
 from retrain.embedded.faults import FaultingSageMaker, Faults
 from retrain.embedded.fsx import FsxEmulator, install_api
+from retrain.embedded.iam.actions import LOG_DELIVERY_ACTIONS, Access
+from retrain.embedded.iam.evaluator import PolicyEvaluator
+from retrain.embedded.iam.gatekeeper import Gatekeeper, RequestRefusedError
+from retrain.embedded.iam.principals import Principals
 from retrain.embedded.lambda_runtime import LambdaRuntime
 from retrain.embedded.sagemaker_events import JobEvents
+from retrain.embedded.server import gated_moto_server
 
 LOG = logging.getLogger(__name__)
 REPO_ROOT: Final = Path(__file__).resolve().parents[2]
@@ -43,6 +51,9 @@ REGION: Final = "us-east-1"
 ACCOUNT: Final = provision.ACCOUNT_ID
 SERVER_FILE: Final = "server.json"
 LOCAL_KEY: Final = "retrain-local"
+_ECR_IMAGE: Final = re.compile(
+    r"^(?P<registry>[0-9]{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?/(?P<repository>[^:@]+)"
+)
 
 
 class EmbeddedStackError(RuntimeError):
@@ -93,11 +104,55 @@ class EmbeddedStack:
         self._session = boto3.session.Session(
             aws_access_key_id=LOCAL_KEY, aws_secret_access_key=LOCAL_KEY, region_name=REGION
         )
+        # Every request is held against the API's contract and (for the stack's roles) IAM: always on.
+        self.gatekeeper = Gatekeeper(
+            Principals(), PolicyEvaluator(account=ACCOUNT), region=REGION, account=ACCOUNT
+        )
+        self._role_clients: dict[str, tuple[Any, Any]] = {}
+        self._events_client: Any = None
 
-    def client(self, service: str) -> Any:
-        return self._session.client(  # type: ignore[call-overload]
+    def client(self, service: str, *, role_arn: str | None = None) -> Any:
+        """A client on the stack's endpoint: the operator's, or signed as one of the stack's roles."""
+        session = self._session
+        if role_arn is not None:
+            key, secret = self.gatekeeper.credentials(role_arn)
+            session = boto3.session.Session(
+                aws_access_key_id=key, aws_secret_access_key=secret, region_name=REGION
+            )
+        return session.client(  # type: ignore[call-overload]
             service, endpoint_url=self.endpoint_url, config=Config(max_pool_connections=32)
         )
+
+    def _report_execution_end(self, entry: dict[str, Any]) -> None:
+        """Step Functions tells EventBridge that an execution ended (the execution-ended rule listens)."""
+        if self._events_client is None:
+            self._events_client = self.client("events")
+        self._events_client.put_events(Entries=[entry])
+
+    def _role_session(self, role_arn: str, image: str) -> tuple[Any, Any]:
+        """What a SageMaker job of `role_arn` reads and writes with; its image pull is authorised first."""
+        principal = self.gatekeeper.principals.role(role_arn)
+        pull = _ECR_IMAGE.match(image)
+        if pull:
+            repository = f"arn:aws:ecr:{pull['region']}:{pull['registry']}:repository/{pull['repository']}"
+            try:
+                self.gatekeeper.authorize(
+                    principal,
+                    [
+                        Access("ecr:GetAuthorizationToken", "*"),
+                        Access("ecr:BatchGetImage", repository),
+                        Access("ecr:GetDownloadUrlForLayer", repository),
+                    ],
+                    service="ecr",
+                )
+            except RequestRefusedError as refused:
+                raise RuntimeError(f"pulling {image}: {refused.code}: {refused.message}") from None
+        if role_arn not in self._role_clients:
+            self._role_clients[role_arn] = (
+                self.client("s3", role_arn=role_arn),
+                self.client("logs", role_arn=role_arn),
+            )
+        return self._role_clients[role_arn]
 
     # -- lifetime
     def start(self) -> str:
@@ -114,7 +169,6 @@ class EmbeddedStack:
 
     def _start(self) -> None:
         from moto.core.config import default_user_config
-        from moto.server import ThreadedMotoServer
 
         # The ASL interpreter calls back into this server at localhost:MOTO_PORT.
         os.environ["MOTO_PORT"] = str(self.port)
@@ -123,8 +177,7 @@ class EmbeddedStack:
         # after use and warns ("Connection pool is full"): no request is lost, so the demo stays quiet.
         logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
         default_user_config["stepfunctions"] = {"execute_state_machine": True}
-        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
-        self._server.start()
+        self._server = gated_moto_server(self.gatekeeper, ip_address="127.0.0.1", port=self.port)
 
         s3 = self.client("s3")
         s3.create_bucket(Bucket=provision.DEPLOY_BUCKET)
@@ -134,7 +187,10 @@ class EmbeddedStack:
         )
         self.sagemaker = self._sagemaker(s3)
         self.runtime = LambdaRuntime(
-            {}, endpoint_url=self.endpoint_url, log_dir=self.state_dir / "logs" / "lambda"
+            {},
+            endpoint_url=self.endpoint_url,
+            log_dir=self.state_dir / "logs" / "lambda",
+            credentials=self.gatekeeper.credentials,
         )
         job_events = self.job_events = JobEvents(self.sagemaker, self.client("events"))
         # What Step Functions and boto3 reach: state-change events published, the fault knobs applied.
@@ -144,6 +200,8 @@ class EmbeddedStack:
                 lambda_invoker=self.runtime.invoke,
                 sagemaker=service,
                 fsx=self.fsx,
+                gate=self.gatekeeper,
+                on_execution_end=self._report_execution_end,
             )
         )
         self._exit.enter_context(install_api(self.fsx))
@@ -178,6 +236,7 @@ class EmbeddedStack:
             "faults": self.faults,
             "code_dir": REPO_ROOT / "training_image",
             "region": REGION,
+            "role_session": self._role_session,
         }
         if self.spot is not None:
             kwargs["spot"] = self.spot
@@ -186,8 +245,13 @@ class EmbeddedStack:
     def _provision(self, s3: Any) -> None:
         assert self.fsx is not None and self.runtime is not None
         template = provision.load_template(self.template)
-        packaged, code_dirs = provision.package(template, self.template.parent, s3)
         parameters = self._parameters(template)
+        try:
+            provision.check_parameters(template, parameters)
+            provision.check_rules(template, parameters, region=REGION, stack_name=self.stack_name)
+        except provision.ProvisioningError as error:
+            raise EmbeddedStackError(f"stack {self.stack_name} refused at creation: {error}") from None
+        packaged, code_dirs = provision.package(template, self.template.parent, s3)
         self.translated = provision.translate(packaged, parameters, REGION)
         creators: dict[str, provision.ExternalCreator] = {
             "AWS::FSx::FileSystem": self._create_file_system,
@@ -224,6 +288,8 @@ class EmbeddedStack:
             r["LogicalResourceId"]: r["PhysicalResourceId"] for r in resources if r.get("PhysicalResourceId")
         }
         LOG.debug("stack resources: %s", resources)
+        self.gatekeeper.principals.load_stack_roles(body, physical, account=ACCOUNT, region=REGION)
+        self._check_state_machine_logging(body, physical)
         self._register_state_machines(
             [
                 physical[k]
@@ -256,12 +322,13 @@ class EmbeddedStack:
                 f"it declares {sorted(declared)}"
             )
         values = {k: str(v["Default"]) for k, v in declared.items() if "Default" in v}
-        # Parameters AWS needs and the emulation ignores (VPC subnets, security groups) get a placeholder.
+        # Parameters without a Default (the image, the VPC): values AWS would accept; the emulation runs
+        # training_image/ itself and needs no network.
         values.update(
             {
-                k: f"embedded-{k.lower()}"
-                for k, v in declared.items()
-                if "Default" not in v and k not in values
+                k: v
+                for k, v in provision.embedded_parameters(REGION).items()
+                if k in declared and k not in values
             }
         )
         values.update(self.faults.parameter_overrides())
@@ -323,6 +390,31 @@ class EmbeddedStack:
             ]
         return str(arn), {"ModelPackageGroupArn": str(arn)}
 
+    def _check_state_machine_logging(self, body: dict[str, Any], physical: dict[str, str]) -> None:
+        """CreateStateMachine refuses a Logging configuration its role cannot deliver logs with."""
+        from moto.stepfunctions.models import stepfunctions_backends
+
+        for logical_id, resource in body["Resources"].items():
+            props = resource.get("Properties", {})
+            if resource["Type"] != "AWS::StepFunctions::StateMachine" or logical_id not in physical:
+                continue
+            if not (props.get("LoggingConfiguration") or {}).get("Destinations"):
+                continue
+            role = (
+                stepfunctions_backends[ACCOUNT][REGION].describe_state_machine(physical[logical_id]).roleArn
+            )
+            try:
+                self.gatekeeper.authorize(
+                    self.gatekeeper.principals.role(role),
+                    [Access(action, "*") for action in LOG_DELIVERY_ACTIONS],
+                    service="stepfunctions",
+                )
+            except RequestRefusedError as refused:
+                raise EmbeddedStackError(
+                    f"stack {self.stack_name}: CREATE_FAILED {logical_id}: InvalidLoggingConfiguration: "
+                    f"the state machine's role cannot deliver its logs ({refused.message})"
+                ) from None
+
     @staticmethod
     def _register_state_machines(arns: list[str]) -> None:
         """moto's CloudFormation creates state machines in the plain backend; executions run in the
@@ -349,9 +441,12 @@ class EmbeddedStack:
         sqs = self.client("sqs")
         for mapping in self.wiring.sqs_mappings:
             if mapping.enabled:
+                # Lambda reads the queue with the function's execution role.
+                role = self.runtime.resolve(mapping.function).role_arn or None
                 poller = SqsPoller(
                     mapping,
-                    sqs_client=sqs,
+                    sqs_client=self.client("sqs", role_arn=role),
+                    control_client=sqs,
                     invoke=self.runtime.invoke,
                     region=REGION,
                     time_scale=self.time_scale,
@@ -378,6 +473,7 @@ class EmbeddedStack:
         LOG.info("stopping the embedded stack %s", self.stack_name)
         with contextlib.ExitStack() as steps:
             # ExitStack runs these last-pushed-first: server, patches, runtime, save, then the workers.
+            steps.callback(self.gatekeeper.evaluator.close)
             steps.callback(self._stop_server)
             steps.callback(self._exit.close)
             if self.runtime is not None:

@@ -87,6 +87,8 @@ class Gatekeeper:
         self.evaluator = evaluator
         self.region, self.account = region, account
         self.decisions: collections.deque[Decided] = collections.deque(maxlen=MAX_DECISIONS)
+        self.roles_seen: set[str] = set()  # every role a request was authorised for (or refused to)
+        self._refused: collections.deque[Decided] = collections.deque(maxlen=MAX_DECISIONS)
         self._lock = threading.Lock()
 
     def check(
@@ -148,12 +150,16 @@ class Gatekeeper:
                 self.decisions.append(
                     Decided(principal.role_arn, access.action, access.resource, decision.allowed)
                 )
+                self.roles_seen.add(principal.role_arn)
             if not decision.allowed:
+                with self._lock:
+                    self._refused.append(Decided(principal.role_arn, access.action, access.resource, False))
                 code, status = ACCESS_DENIED.get(service, DEFAULT_ACCESS_DENIED)
                 message = access_denied_message(principal, access, decision)
                 LOG.warning("denied: %s", message)
                 raise RequestRefusedError(code, message, status)
 
     def denied(self) -> list[Decided]:
+        """The refusals among the last decisions (tests assert a healthy run has none)."""
         with self._lock:
-            return [d for d in self.decisions if not d.allowed]
+            return list(self._refused)

@@ -31,7 +31,7 @@ from retrain.embedded.sagemaker.processing import ProcessingRun
 from retrain.embedded.sagemaker.registry import ModelRegistry, _page
 from retrain.embedded.sagemaker.spot import NoFaults, SageMakerFaults, SpotSchedule
 from retrain.embedded.sagemaker.store import JobStore
-from retrain.embedded.sagemaker.training import JobContext, JobControl, TrainingRun
+from retrain.embedded.sagemaker.training import JobContext, JobControl, RoleSession, TrainingRun
 from retrain.embedded.sagemaker.tuning import (
     TERMINAL,
     TUNING_OPERATION,
@@ -133,6 +133,7 @@ class SageMakerEmulator:
         max_concurrent_training_jobs: int = 8,
         tuning_seed: int | None = None,
         early_stopping_startup_trials: int = 2,
+        role_session: RoleSession | None = None,
     ) -> None:
         self.workdir = Path(workdir)
         self.region = region
@@ -150,6 +151,7 @@ class SageMakerEmulator:
             spot=self.spot,
             faults=self.faults,
             grace_seconds=self.spot.grace_seconds if grace_seconds is None else grace_seconds,
+            role_session=role_session,
         )
         self.store = JobStore(self.workdir / "records")
         self.registry = ModelRegistry(self.workdir / "records" / "model-registry.jsonl", account_id, region)

@@ -90,6 +90,7 @@ class ProcessingRun:
         self.update({"ProcessingStartTime": start})
         status, reason, exit_message = "Completed", None, None
         try:
+            self._as_execution_role()
             self._prepare()
             exit_message = self._execute(start)
             self._upload_outputs()
@@ -106,6 +107,13 @@ class ProcessingRun:
         elif exit_message:
             changes["ExitMessage"] = exit_message
         self.update(changes)
+
+    def _as_execution_role(self) -> None:
+        image = str(self.request["AppSpecification"].get("ImageUri", ""))
+        try:
+            self.ctx = self.ctx.as_role(str(self.request.get("RoleArn", "")), image)
+        except Exception as exc:
+            raise JobFailedError(f"ClientError: SageMaker could not act as the job's role: {exc}") from exc
 
     def _prepare(self) -> None:
         shutil.rmtree(self.base, ignore_errors=True)

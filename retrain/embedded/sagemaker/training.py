@@ -8,6 +8,7 @@ for managed spot. Checkpoints are synced to CheckpointConfig.S3Uri while the job
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -54,6 +55,11 @@ Updater = Callable[[dict[str, Any]], None]
 Transition = Callable[[str, str], None]
 
 
+# (execution role ARN, image URI) -> the S3 and CloudWatch Logs clients of the role's session, after the
+# role's permission to pull the image is checked; raises when SageMaker could not act as the role.
+RoleSession = Callable[[str, str], tuple[Any, Any]]
+
+
 @dataclass
 class JobContext:
     """What a running job needs from the emulator."""
@@ -65,6 +71,15 @@ class JobContext:
     spot: SpotSchedule
     faults: SageMakerFaults
     grace_seconds: float
+    role_session: RoleSession | None = None
+
+    def as_role(self, role_arn: str, image: str) -> JobContext:
+        """The context of a job that acts as its execution role: what it reads and writes in S3 and its
+        logs go through that role's session (denied where the role's policies deny, as on SageMaker)."""
+        if self.role_session is None or not role_arn:
+            return self
+        s3, logs = self.role_session(role_arn, image)
+        return dataclasses.replace(self, s3=s3, logs=logs if self.logs is not None else None)
 
 
 @dataclass
@@ -253,6 +268,7 @@ class TrainingRun:
         status, secondary, reason = "Completed", "Completed", None
         try:
             self.transition("Starting", "Preparing the instances for training")
+            self.ctx = self._as_execution_role()
             self._prepare_tree()
             self.transition("Downloading", "Downloading input data")
             self._download_channels()
@@ -268,6 +284,13 @@ class TrainingRun:
                 f"InternalServerError: {type(exc).__name__}: {exc}",
             )
         self._finish(status, secondary, reason)
+
+    def _as_execution_role(self) -> JobContext:
+        image = str(self.request["AlgorithmSpecification"].get("TrainingImage", ""))
+        try:
+            return self.ctx.as_role(str(self.request.get("RoleArn", "")), image)
+        except Exception as exc:
+            raise JobFailedError(f"ClientError: SageMaker could not act as the job's role: {exc}") from exc
 
     def _finish(self, status: str, secondary: str, reason: str | None) -> None:
         end = time.time()

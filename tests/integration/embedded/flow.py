@@ -17,7 +17,8 @@ from retrain.embedded.faults import Faults
 from retrain.embedded.sagemaker import SpotSchedule
 from retrain.embedded.stack import EmbeddedStack
 
-DATASET = "digits"
+# A name with '_': SageMaker refuses it in a model package group name, so registration must derive one.
+DATASET = "hand_digits"
 IMAGES = 200
 RUN_TIMEOUT_SECONDS = 1200
 

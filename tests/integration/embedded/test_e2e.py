@@ -21,8 +21,9 @@ from tests.integration.embedded.flow import DATASET, IMAGES, Finished, lock_hold
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 LATER_IMAGES = 60
-# The second run's subject is the warm start: one epoch, two trials at once, no checkpoint evaluations.
-QUICK = {"CheckpointEvaluationEvery": "0", "Epochs": "1", "MaxTuningJobs": "2"}
+# The second run's subjects are the warm start and the template's default FinalTraining=true (the final
+# training job runs the real container): one epoch, two trials at once, no checkpoint evaluations.
+QUICK = {"CheckpointEvaluationEvery": "0", "Epochs": "1", "MaxTuningJobs": "2", "FinalTraining": "true"}
 
 
 def test_an_upload_alone_runs_the_whole_flow_and_a_later_run_warm_starts_after_a_restart(
@@ -34,6 +35,7 @@ def test_an_upload_alone_runs_the_whole_flow_and_a_later_run_warm_starts_after_a
         _ends_registered_with_the_lock_released(happy)
         _tuning_ran_three_trials_two_at_a_time_each_resumed_after_a_spot_interruption(happy)
         _the_run_record_holds_every_field(happy)
+        _every_role_was_authorised_and_none_was_refused(happy)
     first = happy.record
 
     # A new stack process from the same state directory (a second `retrain demo`), more digits uploaded.
@@ -51,6 +53,10 @@ def test_an_upload_alone_runs_the_whole_flow_and_a_later_run_warm_starts_after_a
                 client=later.stack.client("dynamodb"),
             )
         }
+        final = later.stack.client("sagemaker").describe_training_job(
+            TrainingJobName=later.record["final_training_job"]
+        )
+        assert later.stack.gatekeeper.denied() == []
 
     assert later.record["status"] in ("SUCCEEDED", "REJECTED"), later.record.get("failure")
     assert later.record["new_images"] == LATER_IMAGES
@@ -58,6 +64,18 @@ def test_an_upload_alone_runs_the_whole_flow_and_a_later_run_warm_starts_after_a
     parents = tuning["WarmStartConfig"]["ParentHyperParameterTuningJobs"]
     assert [p["HyperParameterTuningJobName"] for p in parents] == [first["tuning_job"]]
     assert later.record["tuning_job"] != first["tuning_job"]
+    # The final training job ran the container with the best trial's hyperparameters, and its model is
+    # the one the gate judged.
+    assert final["TrainingJobStatus"] == "Completed"
+    assert final["HyperParameters"]["lr"] == later.record["best_hyperparameters"]["lr"]
+    assert later.record["model_data"] == final["ModelArtifacts"]["S3ModelArtifacts"]
+
+
+def _every_role_was_authorised_and_none_was_refused(happy: Finished) -> None:
+    decided = {role.rsplit("/", 1)[-1].split("-")[1] for role in happy.stack.gatekeeper.roles_seen}
+    assert {"IngestFunctionRole", "PrepareRunFunctionRole", "TrainingStateMachineRole"} <= decided
+    assert "SageMakerExecutionRole" in decided
+    assert happy.stack.gatekeeper.denied() == []
 
 
 def _ends_registered_with_the_lock_released(happy: Finished) -> None:
