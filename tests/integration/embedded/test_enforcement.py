@@ -19,7 +19,7 @@ from controller import names, prepare, runs
 from retrain import demo_data
 from retrain.cli import DEMO_PARAMETERS
 from retrain.embedded.faults import Faults
-from retrain.embedded.stack import REPO_ROOT, EmbeddedStack
+from retrain.embedded.stack import REPO_ROOT, EmbeddedStack, EmbeddedStackError
 from tests.integration.embedded.flow import outputs_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -240,3 +240,12 @@ def test_when_recording_a_failure_fails_the_execution_ended_rule_closes_the_run(
             "Messages", []
         )
         assert any("unrecorded" in json.loads(m["Body"])["Message"] for m in messages)
+
+
+def test_a_state_machine_role_that_cannot_deliver_its_logs_fails_the_deploy(tmp_path: Path) -> None:
+    # GIVEN the state machine's role without the log delivery permissions its Logging configuration needs
+    template = mutated_template(tmp_path, "                - logs:CreateLogDelivery\n", "")
+    # WHEN the stack is created THEN it fails there, as CreateStateMachine refuses the configuration
+    stack = EmbeddedStack(tmp_path / "state", parameter_overrides=PARAMETERS, template=template)
+    with pytest.raises(EmbeddedStackError, match=r"InvalidLoggingConfiguration.*logs:CreateLogDelivery"):
+        stack.start()
