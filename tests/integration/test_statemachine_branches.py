@@ -688,11 +688,24 @@ def test_a_refused_sagemaker_request_fails_at_once_with_sagemakers_message(harne
     assert harness.lock() is None
 
 
-def test_throttling_that_outlasts_the_retries_fails_the_run(harness: Harness) -> None:
+@pytest.fixture
+def short_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Wait states wait a second at most (the retry loops' backoff is 2..64 s on AWS)."""
+    from moto.stepfunctions.parser.asl.component.state.wait.wait_function import wait_function
+
+    original = wait_function.WaitFunction._wait_interval
+    monkeypatch.setattr(
+        wait_function.WaitFunction,
+        "_wait_interval",
+        lambda self, env, wait_seconds: original(self, env=env, wait_seconds=min(wait_seconds, 1)),
+    )
+
+
+def test_throttling_that_outlasts_the_retries_fails_the_run(harness: Harness, short_waits: None) -> None:
     # GIVEN SageMaker throttles every attempt
     harness.script.refuse_tuning = "ThrottlingException"
-    # WHEN the run executes (the waits are short in tests: 2+4+8+16+32+64 s is the budget on AWS)
-    result = harness.run({"dataset": "flowers"}, timeout=240)
+    # WHEN the run executes (2+4+8+16+32+64 s of backoff on AWS; a second each here)
+    result = harness.run({"dataset": "flowers"}, timeout=120)
     # THEN it retried a bounded number of times, then failed
     assert result["status"] == "FAILED"
     assert harness.script.tuning_attempts == 7
