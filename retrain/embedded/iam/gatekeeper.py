@@ -38,6 +38,7 @@ ACCESS_DENIED: Final[Mapping[str, tuple[str, int]]] = {
 }
 DEFAULT_ACCESS_DENIED: Final = ("AccessDeniedException", 400)
 MAX_DECISIONS: Final = 5000
+MAX_CACHED: Final = 50_000
 
 
 class RequestRefusedError(Exception):
@@ -89,6 +90,7 @@ class Gatekeeper:
         self.decisions: collections.deque[Decided] = collections.deque(maxlen=MAX_DECISIONS)
         self.roles_seen: set[str] = set()  # every role a request was authorised for (or refused to)
         self._refused: collections.deque[Decided] = collections.deque(maxlen=MAX_DECISIONS)
+        self._cache: dict[tuple[str, str, str, tuple[tuple[str, str], ...]], Decision] = {}
         self._lock = threading.Lock()
 
     def check(
@@ -133,14 +135,29 @@ class Gatekeeper:
         found = self.principals.credentials(role_arn)
         return found.access_key_id, found.secret_access_key
 
+    def _decide(self, principal: Principal, access: Access) -> Decision:
+        """iam-simulate's decision; the same request of the same role is decided once (a role's policies
+        do not change while the stack runs, and a run asks the same of the same tables again and again)."""
+        key = (principal.role_arn, access.action, access.resource, tuple(sorted(access.context.items())))
+        with self._lock:
+            cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        decision = self.evaluator.evaluate(
+            AuthzRequest(principal.role_arn, access.action, access.resource, access.context),
+            principal.policies,
+        )
+        with self._lock:
+            if len(self._cache) >= MAX_CACHED:
+                self._cache.clear()
+            self._cache[key] = decision
+        return decision
+
     def authorize(self, principal: Principal, needed: Iterable[Access], *, service: str) -> None:
         """Every access must be allowed; the first denied one is refused with AWS's message."""
         for access in needed:
             try:
-                decision = self.evaluator.evaluate(
-                    AuthzRequest(principal.role_arn, access.action, access.resource, access.context),
-                    principal.policies,
-                )
+                decision = self._decide(principal, access)
             except EvaluatorError as error:
                 # A mapping that does not fit IAM's model of the action is the emulation's bug: say so.
                 raise RequestRefusedError(
