@@ -31,7 +31,7 @@ from typing import Any, Final
 import boto3
 from botocore.config import Config
 
-from retrain.embedded import integrations, provision, snapshot
+from retrain.embedded import integrations, provision, s3_notices, snapshot
 from retrain.embedded.event_sources import Scheduler, SqsPoller
 from retrain.embedded.faults import FaultingSageMaker, Faults
 from retrain.embedded.fsx import FsxEmulator, install_api
@@ -205,6 +205,7 @@ class EmbeddedStack:
             )
         )
         self._exit.enter_context(install_api(self.fsx))
+        self._exit.enter_context(s3_notices.installed())
         from retrain.embedded.sagemaker import api_installed
 
         try:
