@@ -49,15 +49,18 @@ validate: setup package-check
 	  $(BIN)/python -m retrain.dev.asl_check "$$f" | node_modules/.bin/asl-validator --json-path /dev/stdin; \
 	done
 
-# The Lambda dependencies must install for the template's runtime and the Lambda platform.
+# The Lambda dependencies must install for the template's runtime and the Lambda platform: python3.12 and
+# later run on Amazon Linux 2023 (glibc 2.34), so wheels up to manylinux_2_34 load there (the platforms
+# `sam build` accepts for those runtimes; Pillow 13 ships manylinux_2_28 wheels only).
+LAMBDA_PLATFORMS := --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_34_x86_64
 package-check: setup
 	@if [ -z "$(LAMBDA_PYTHON)" ]; then echo "package-check: no Lambda runtime in template.yaml yet"; \
 	elif python$(LAMBDA_PYTHON) --version >/dev/null 2>&1; then $(BIN)/sam build --template template.yaml; \
 	else rm -rf build/lambda-package && \
 	  $(BIN)/python -m pip install -qq --disable-pip-version-check --only-binary=:all: \
-	    --python-version $(LAMBDA_PYTHON) --implementation cp --platform manylinux2014_x86_64 \
+	    --python-version $(LAMBDA_PYTHON) --implementation cp $(LAMBDA_PLATFORMS) \
 	    -r functions/requirements.txt --target build/lambda-package && \
-	  echo "package-check: functions/requirements.txt installs for python$(LAMBDA_PYTHON) on manylinux2014_x86_64"; fi
+	  echo "package-check: functions/requirements.txt installs for python$(LAMBDA_PYTHON) on x86_64 (glibc <= 2.34)"; fi
 
 pytest: setup
 	$(BIN)/python -m pytest -n 2 --dist loadgroup --durations=15 || { rc=$$?; \

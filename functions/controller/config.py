@@ -42,6 +42,8 @@ class Config:
     model_package_group_prefix: str = names.MODEL_PACKAGE_GROUP_PREFIX_DEFAULT
     stuck_run_seconds: int = 43200
     failure_backoff_seconds: int = 900
+    min_image_side: int = 32
+    max_image_pixels: int = 89_478_485  # Pillow's decompression-bomb budget
 
 
 def _int(environ: Mapping[str, str], name: str, default: int) -> int:
@@ -116,6 +118,8 @@ def from_environ(environ: Mapping[str, str]) -> Config:
         model_package_group_prefix=environ.get(names.ENV_MODEL_PACKAGE_GROUP_PREFIX, "")
         or names.MODEL_PACKAGE_GROUP_PREFIX_DEFAULT,
         stuck_run_seconds=_int(environ, names.ENV_STUCK_RUN_SECONDS, 43200),
+        min_image_side=_int(environ, names.ENV_MIN_IMAGE_SIDE, 32),
+        max_image_pixels=_int(environ, names.ENV_MAX_IMAGE_PIXELS, 89_478_485),
         failure_backoff_seconds=_int(environ, names.ENV_FAILURE_BACKOFF_SECONDS, 900),
     )
 

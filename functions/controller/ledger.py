@@ -47,6 +47,7 @@ def record(
     else:
         row["state"] = names.STATE_REJECTED
         row["reason"] = verdict.reason
+        row["problem"] = verdict.problem
     try:
         client.put_item(
             TableName=table_name,
@@ -100,13 +101,110 @@ def rows(dataset: str, *, table_name: str, client: DynamoDBClient) -> Iterator[d
     )
     for page in pages:
         for item in page["Items"]:
-            yield deserialize(item)
+            row = deserialize(item)
+            if not str(row[names.LEDGER_SK]).startswith(names.LEDGER_CONTENT_PREFIX):
+                yield row
+
+
+def get_row(dataset: str, key: str, *, table_name: str, client: DynamoDBClient) -> dict[str, Any] | None:
+    item = client.get_item(
+        TableName=table_name,
+        Key=serialize({names.LEDGER_PK: dataset, names.LEDGER_SK: key}),
+        ConsistentRead=True,
+    ).get("Item")
+    return deserialize(item) if item else None
+
+
+def claim_content(
+    dataset: str, claim: str, key: str, label: str, *, table_name: str, client: DynamoDBClient
+) -> dict[str, Any] | None:
+    """Claim a content (names.content_claim_key) for `key`: None when it is this key's now (new, or
+    already its own); else the holder's claim ({"first_key", "label"}). A conditional write, so two
+    uploads of the same bytes cannot both claim them."""
+    try:
+        client.put_item(
+            TableName=table_name,
+            Item=serialize(
+                {names.LEDGER_PK: dataset, names.LEDGER_SK: claim, "first_key": key, "label": label}
+            ),
+            ConditionExpression="attribute_not_exists(#sk) OR first_key = :key",
+            ExpressionAttributeNames={"#sk": names.LEDGER_SK},
+            ExpressionAttributeValues=serialize({":key": key}),
+        )
+    except client.exceptions.ConditionalCheckFailedException:
+        holder = get_row(dataset, claim, table_name=table_name, client=client)
+        return holder if holder is not None and holder.get("first_key") != key else None
+    return None
+
+
+def take_over_claim(
+    dataset: str, claim: str, key: str, label: str, *, previous: str, table_name: str, client: DynamoDBClient
+) -> bool:
+    """Move a claim whose holder no longer has those bytes to `key`; False when someone else moved it."""
+    try:
+        client.update_item(
+            TableName=table_name,
+            Key=serialize({names.LEDGER_PK: dataset, names.LEDGER_SK: claim}),
+            UpdateExpression="SET first_key = :key, #label = :label",
+            ConditionExpression="first_key = :previous",
+            ExpressionAttributeNames={"#label": "label"},
+            ExpressionAttributeValues=serialize({":key": key, ":label": label, ":previous": previous}),
+        )
+    except client.exceptions.ConditionalCheckFailedException:
+        return False
+    return True
+
+
+def release_claim(dataset: str, claim: str, key: str, *, table_name: str, client: DynamoDBClient) -> None:
+    """Drop `key`'s claim on a content (its object was deleted): the next upload of those bytes is new."""
+    try:
+        client.delete_item(
+            TableName=table_name,
+            Key=serialize({names.LEDGER_PK: dataset, names.LEDGER_SK: claim}),
+            ConditionExpression="first_key = :key",
+            ExpressionAttributeValues=serialize({":key": key}),
+        )
+    except client.exceptions.ConditionalCheckFailedException:
+        return
+
+
+def mark_removed(
+    dataset: str, key: str, sequencer: str, *, table_name: str, client: DynamoDBClient
+) -> dict[str, Any] | None:
+    """The row of a deleted object becomes `removed` (not trained on again), unless a newer upload of the
+    key arrived; the row as it was, or None when there was none or it is newer."""
+    try:
+        response = client.update_item(
+            TableName=table_name,
+            Key=serialize({names.LEDGER_PK: dataset, names.LEDGER_SK: key}),
+            UpdateExpression="SET #state = :removed, sequencer = :seq REMOVE #pending",
+            ConditionExpression="attribute_exists(#sk) AND sequencer < :seq",
+            ExpressionAttributeNames={
+                "#state": "state",
+                "#pending": names.LEDGER_PENDING_PK,
+                "#sk": names.LEDGER_SK,
+            },
+            ExpressionAttributeValues=serialize({":removed": names.STATE_REMOVED, ":seq": sequencer}),
+            ReturnValues="ALL_OLD",
+        )
+    except client.exceptions.ConditionalCheckFailedException:
+        return None
+    return deserialize(response["Attributes"])
 
 
 def mark_trained(
-    dataset: str, key: str, sequencer: str, run_id: str, *, table_name: str, client: DynamoDBClient
+    dataset: str,
+    key: str,
+    sequencer: str,
+    run_id: str,
+    *,
+    table_name: str,
+    client: DynamoDBClient,
+    held: bool = False,
 ) -> bool:
-    """Mark a row trained by `run_id`, unless a newer upload of the key arrived since the manifest froze."""
+    """Mark a row trained by `run_id` (or `held`: its label was set aside), unless a newer upload of the
+    key arrived since the manifest froze. Either way it no longer waits for a run."""
+    by = "held_by" if held else "trained_by"
     try:
         client.update_item(
             TableName=table_name,

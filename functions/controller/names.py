@@ -105,6 +105,25 @@ LEDGER_PENDING_SK: Final = "uploaded_at"
 STATE_PENDING: Final = "pending"
 STATE_REJECTED: Final = "rejected"
 STATE_TRAINED: Final = "trained"
+STATE_REMOVED: Final = "removed"  # the object was deleted from the bucket: no longer trained on
+STATE_HELD: Final = "held"  # its label has too few images to train yet: every run looks at it again
+FROZEN_STATES: Final = (STATE_PENDING, STATE_TRAINED, STATE_HELD)  # what a run's manifest considers
+
+# Why an upload was rejected (rows carry it as "problem"; the report and `retrain status` group by it).
+PROBLEM_LAYOUT: Final = "layout"  # key, label or extension
+PROBLEM_CONTENT: Final = "content"  # the bytes: not an image, wrong format, too small or large, truncated
+PROBLEM_DUPLICATE: Final = "duplicate"  # the same bytes under the same label, already uploaded
+PROBLEM_CONFLICT: Final = "conflict"  # the same bytes under another label
+
+# Claim rows in the ledger: which key first brought a content (ETag and size) into a data set. Their sort
+# key starts with '#', which no upload key does (those start with data/).
+LEDGER_CONTENT_PREFIX: Final = "#content/"
+
+
+def content_claim_key(etag: str, size: int) -> str:
+    """The claim row of a content: S3's ETag (the MD5 of a single-part upload) and its size."""
+    return f"{LEDGER_CONTENT_PREFIX}{etag.strip(chr(34))}/{size}"
+
 
 # Runs: one row per run. PK dataset, SK run_id.
 RUNS_PK: Final = "dataset"
@@ -134,6 +153,8 @@ ENV_BLOCK_ON_RULE_ISSUES: Final = "BLOCK_ON_RULE_ISSUES"
 ENV_MODEL_APPROVAL_STATUS: Final = "MODEL_APPROVAL_STATUS"
 ENV_MODEL_PACKAGE_GROUP_PREFIX: Final = "MODEL_PACKAGE_GROUP_PREFIX"
 ENV_STUCK_RUN_SECONDS: Final = "STUCK_RUN_SECONDS"
+ENV_MIN_IMAGE_SIDE: Final = "MIN_IMAGE_SIDE"
+ENV_MAX_IMAGE_PIXELS: Final = "MAX_IMAGE_PIXELS"
 ENV_FAILURE_BACKOFF_SECONDS: Final = "FAILURE_BACKOFF_SECONDS"
 
 # --- CloudFormation outputs the CLI reads (template.yaml Outputs; a test compares) --------------
@@ -198,6 +219,7 @@ METRICS_NAMESPACE: Final = "Retrain"
 METRIC_ACCEPTED: Final = "AcceptedImages"
 METRIC_REJECTED: Final = "RejectedImages"
 METRIC_DUPLICATES: Final = "DuplicateDeliveries"
+METRIC_REMOVED: Final = "RemovedImages"
 METRIC_RUNS_STARTED: Final = "RunsStarted"
 METRIC_RUNS_SUCCEEDED: Final = "RunsSucceeded"
 METRIC_RUNS_REJECTED: Final = "RunsRejected"

@@ -1,8 +1,9 @@
-"""Object-created notices in the shapes that reach the ingest queue, reduced to one plain record.
+"""Object notices in the shapes that reach the ingest queue, reduced to one plain record.
 
-Two shapes arrive as SQS bodies: an EventBridge event (detail-type "Object Created"; keys are not
-URL-encoded) and a direct S3 notification (Records[]; keys are URL-encoded, `+` for space). The
-`s3:TestEvent` S3 sends when a notification is configured carries no object and yields nothing.
+Two shapes arrive as SQS bodies: an EventBridge event (detail-type "Object Created" or "Object
+Deleted"; keys are not URL-encoded) and a direct S3 notification (Records[]; keys are URL-encoded, `+`
+for space). The `s3:TestEvent` S3 sends when a notification is configured carries no object and yields
+nothing. A deletion (or a delete marker) is a notice with `removed` set.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class ObjectCreated:
     version_id: str
     sequencer: str  # normalized: upper-case hex, right-padded with zeros, comparable as strings
     event_time: str
+    removed: bool = False  # the object was deleted (its row stops being trained on)
 
 
 def normalize_sequencer(sequencer: str) -> str:
@@ -39,7 +41,8 @@ def normalize_sequencer(sequencer: str) -> str:
 
 
 def _from_eventbridge(event: dict[str, Any]) -> list[ObjectCreated]:
-    if event.get("detail-type") != "Object Created":
+    kind = event.get("detail-type")
+    if kind not in ("Object Created", "Object Deleted"):
         return []
     detail = event.get("detail") or {}
     obj = detail.get("object") or {}
@@ -52,6 +55,7 @@ def _from_eventbridge(event: dict[str, Any]) -> list[ObjectCreated]:
             version_id=str(obj.get("version-id", "") or ""),
             sequencer=normalize_sequencer(str(obj.get("sequencer", "0"))),
             event_time=str(event.get("time", "")),
+            removed=kind == "Object Deleted",
         )
     ]
 
@@ -59,7 +63,8 @@ def _from_eventbridge(event: dict[str, Any]) -> list[ObjectCreated]:
 def _from_notification(body: dict[str, Any]) -> list[ObjectCreated]:
     created = []
     for record in body.get("Records") or []:
-        if not str(record.get("eventName", "")).startswith("ObjectCreated:"):
+        name = str(record.get("eventName", ""))
+        if not name.startswith(("ObjectCreated:", "ObjectRemoved:")):
             continue
         s3 = record["s3"]
         obj = s3["object"]
@@ -72,13 +77,14 @@ def _from_notification(body: dict[str, Any]) -> list[ObjectCreated]:
                 version_id=str(obj.get("versionId", "") or ""),
                 sequencer=normalize_sequencer(str(obj.get("sequencer", "0"))),
                 event_time=str(record.get("eventTime", "")),
+                removed=name.startswith("ObjectRemoved:"),
             )
         )
     return created
 
 
 def parse_body(body: str) -> list[ObjectCreated]:
-    """The object-created notices in one SQS message body ([] for a test event or another event)."""
+    """The object notices in one SQS message body ([] for a test event or another event)."""
     try:
         document = json.loads(body)
     except json.JSONDecodeError as error:

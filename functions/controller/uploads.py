@@ -15,6 +15,7 @@ class Verdict:
     label: str
     filename: str
     reason: str | None  # None: accepted
+    problem: str = names.PROBLEM_LAYOUT  # what kind of rejection (names.PROBLEM_*), when rejected
 
     @property
     def accepted(self) -> bool:

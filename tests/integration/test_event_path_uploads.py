@@ -15,6 +15,8 @@ import pytest
 import yaml
 
 from controller import dispatch, finalize, ingest, ledger, prepare
+from retrain.embedded import s3_notices
+from tests.unit.functions import images
 from tests.unit.functions.support import Aws, make_config, moto_aws, sqs_event
 
 pytestmark = pytest.mark.integration
@@ -48,7 +50,9 @@ def uploads_rule_pattern(bucket: str) -> dict[str, Any]:
 
 @pytest.fixture
 def aws() -> Iterator[Aws]:
-    yield from moto_aws()
+    # S3's EventBridge events as S3 sends them (sequencers that grow), as the embedded stack does
+    with s3_notices.installed():
+        yield from moto_aws()
 
 
 def _drain(sqs: Any, url: str) -> list[str]:
@@ -76,15 +80,28 @@ def test_an_upload_reaches_the_ledger_through_eventbridge_and_the_queue(aws: Aws
     events.put_rule(Name="uploads", EventPattern=json.dumps(uploads_rule_pattern(aws.data_bucket)))
     events.put_targets(Rule="uploads", Targets=[{"Id": "ingest", "Arn": arn}])
     # WHEN a user uploads an image (with a space in its name) and a file outside data/
-    aws.s3.put_object(Bucket=aws.data_bucket, Key="data/flowers/daisy/my photo.jpg", Body=b"\xff\xd8 image")
+    photo = images.jpeg()
+    aws.s3.put_object(Bucket=aws.data_bucket, Key="data/flowers/daisy/my photo.jpg", Body=photo)
     aws.s3.put_object(Bucket=aws.data_bucket, Key="notes/readme.txt", Body=b"text")
     bodies = _drain(sqs, url)
-    response = ingest.ingest(sqs_event(bodies), config=make_config(aws), dynamodb=aws.dynamodb)
+    config = make_config(aws)
+    response = ingest.ingest(sqs_event(bodies), config=config, dynamodb=aws.dynamodb, s3=aws.s3)
     # THEN only the data/ upload was forwarded, and the ledger holds it pending with its identity
     assert len(bodies) == 1 and response == {"batchItemFailures": []}
     [row] = ledger.rows("flowers", table_name=aws.ledger_table, client=aws.dynamodb)
-    assert (row["key"], row["state"], row["size"]) == ("data/flowers/daisy/my photo.jpg", "pending", 8)
+    assert (row["key"], row["state"], row["size"]) == (
+        "data/flowers/daisy/my photo.jpg",
+        "pending",
+        len(photo),
+    )
     assert row["sequencer"] and row["etag"]
+    # AND WHEN the user deletes it, the rule forwards the deletion and its row is removed
+    aws.s3.delete_object(Bucket=aws.data_bucket, Key="data/flowers/daisy/my photo.jpg")
+    bodies = _drain(sqs, url)
+    assert [json.loads(b)["detail-type"] for b in bodies] == ["Object Deleted"]
+    ingest.ingest(sqs_event(bodies), config=config, dynamodb=aws.dynamodb, s3=aws.s3)
+    [row] = ledger.rows("flowers", table_name=aws.ledger_table, client=aws.dynamodb)
+    assert row["state"] == "removed"
 
 
 def test_a_direct_s3_to_sqs_notification_is_decoded(aws: Aws) -> None:
@@ -99,13 +116,13 @@ def test_a_direct_s3_to_sqs_notification_is_decoded(aws: Aws) -> None:
         },
     )
     # WHEN an image whose name needs encoding is uploaded and the queue's messages are ingested
-    aws.s3.put_object(Bucket=aws.data_bucket, Key="data/flowers/tulip/été 1+1.png", Body=b"png!")
+    aws.s3.put_object(Bucket=aws.data_bucket, Key="data/flowers/tulip/été 1+1.png", Body=images.png())
     bodies = _drain(sqs, url)
-    response = ingest.ingest(sqs_event(bodies), config=make_config(aws), dynamodb=aws.dynamodb)
+    response = ingest.ingest(sqs_event(bodies), config=make_config(aws), dynamodb=aws.dynamodb, s3=aws.s3)
     # THEN the test event S3 sends is ignored, and the image is recorded under its real key
     assert response == {"batchItemFailures": []}
     [row] = ledger.rows("flowers", table_name=aws.ledger_table, client=aws.dynamodb)
-    assert row["key"] == "data/flowers/tulip/été 1+1.png"
+    assert (row["key"], row["state"]) == ("data/flowers/tulip/été 1+1.png", "pending")
 
 
 def test_an_upload_during_a_run_goes_to_the_next_run(aws: Aws, events_dir: Path) -> None:

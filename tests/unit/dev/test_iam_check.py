@@ -88,6 +88,19 @@ def test_a_function_role_without_a_read_its_code_makes_is_found(
     )
 
 
+def test_an_ingest_role_that_cannot_read_the_uploads_it_checks_is_found(
+    tmp_path: Path, evaluator: PolicyEvaluator
+) -> None:
+    # GIVEN ingest allowed GetObject but not GetObjectVersion (the data bucket is versioned, and ingest
+    # reads the version its notice names)
+    template = _copy(tmp_path, "Action: [s3:GetObject, s3:GetObjectVersion]", "Action: [s3:GetObject]")
+    found = _findings(template, evaluator)
+    assert found and all(
+        f.startswith("IngestFunction (role IngestFunctionRole): s3:GetObjectVersion") for f in found
+    )
+    assert all("content.py" in f for f in found)
+
+
 def test_a_state_machine_role_without_log_delivery_is_found(
     tmp_path: Path, evaluator: PolicyEvaluator
 ) -> None:

@@ -145,12 +145,22 @@ def object_created(
     size: int = 2048,
     sequencer: str = "0062E99A88DC407460",
     time: str = "2026-01-01T10:00:00Z",
-    etag: str = "d41d8cd98f00b204e9800998ecf8427e",
+    etag: str | None = None,
+    version_id: str = "v1",
 ) -> str:
-    """The EventBridge fixture with one object's fields replaced, as an SQS body."""
+    """The EventBridge fixture with one object's fields replaced, as an SQS body. Unless `etag` is given,
+    each key has bytes of its own (ingest refuses the same bytes under a second key)."""
+    import hashlib
     import json
+
+    if etag is None:
+        etag = hashlib.md5(key.encode(), usedforsecurity=False).hexdigest()
 
     event = json.loads((events_dir / "eventbridge_object_created.json").read_text())
     event["time"] = time
     event["detail"]["object"].update({"key": key, "size": size, "sequencer": sequencer, "etag": etag})
+    if version_id:
+        event["detail"]["object"]["version-id"] = version_id
+    else:  # an unversioned bucket's events carry no version
+        del event["detail"]["object"]["version-id"]
     return json.dumps(event)

@@ -227,10 +227,16 @@ def test_the_lambda_handler_reads_its_environment_and_reports_partial_failures(
         invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:IngestFunction"
         aws_request_id = "req-1"
 
+    from tests.unit.functions import images
+
+    aws.s3.put_object(Bucket=aws.data_bucket, Key="data/flowers/daisy/a.jpg", Body=images.jpeg())
     try:
         # WHEN SQS delivers a good and a bad upload
         event = sqs_event(
-            [object_created(events_dir, "data/flowers/daisy/a.jpg"), object_created(events_dir, "data/x.txt")]
+            [
+                object_created(events_dir, "data/flowers/daisy/a.jpg", version_id=""),
+                object_created(events_dir, "data/x.txt"),
+            ]
         )
         response = ingest.handler(event, Context())
     finally:
@@ -252,3 +258,133 @@ def test_an_fsx_completion_report_in_the_data_bucket_is_not_an_upload(aws, confi
     assert response == {"batchItemFailures": []}
     rows = aws.dynamodb.scan(TableName=aws.ledger_table)["Items"]
     assert rows == []
+
+
+# --- what the bytes are: content, duplicates, conflicts, deletions (uploaded to moto's S3 for real) ------
+
+
+def _upload(aws, events_dir, key: str, body: bytes, sequencer: str) -> str:
+    """Put the object and return its notice, with the ETag and size S3 gave it."""
+    put = aws.s3.put_object(Bucket=aws.data_bucket, Key=key, Body=body)
+    return object_created(
+        events_dir,
+        key,
+        size=len(body),
+        sequencer=sequencer,
+        etag=put["ETag"].strip('"'),
+        version_id=put.get("VersionId", ""),
+    )
+
+
+def _deleted(events_dir, key: str, sequencer: str) -> str:
+    event = json.loads(object_created(events_dir, key, sequencer=sequencer))
+    event["detail-type"] = "Object Deleted"
+    event["detail"]["reason"] = "DeleteObject"
+    return json.dumps(event)
+
+
+def test_uploads_whose_bytes_are_not_a_usable_image_are_rejected_and_kept(aws, config, events_dir):
+    from tests.unit.functions import images
+
+    # GIVEN a good photo and the files users upload by mistake, all well named
+    bad = {
+        "data/pets/cat/fake.jpg": (b"this is a text file, not a photo\n" * 10, "not an image"),
+        "data/pets/cat/cut.jpg": (images.noisy_jpeg(256, 256)[:20_000], "cut off"),
+        "data/pets/cat/screen.jpg": (images.png(), "rename it to .png"),
+        "data/pets/cat/icon.jpg": (images.jpeg(20, 20), "below MinImageSide 32"),
+        "data/pets/cat/bomb.png": (images.png_declaring(100_000, 100_000), "too large to decode"),
+    }
+    bodies = [_upload(aws, events_dir, "data/pets/cat/good.jpg", images.jpeg(), "01")]
+    bodies += [
+        _upload(aws, events_dir, key, body, f"0{i + 2}") for i, (key, (body, _)) in enumerate(bad.items())
+    ]
+    # WHEN ingested, the bytes read from S3
+    response = _ingest(aws, config, bodies, s3=aws.s3)
+    # THEN the good photo waits for a run; each bad one is rejected as content, with its reason
+    assert response == {"batchItemFailures": []}
+    rows = {row["key"]: row for row in _rows(aws, "pets")}
+    assert rows["data/pets/cat/good.jpg"]["state"] == names.STATE_PENDING
+    for key, (_, words) in bad.items():
+        assert (rows[key]["state"], rows[key]["problem"]) == (names.STATE_REJECTED, names.PROBLEM_CONTENT)
+        assert words in rows[key]["reason"], (key, rows[key]["reason"])
+        assert names.LEDGER_PENDING_PK not in rows[key]
+    # AND nothing is deleted
+    stored = {o["Key"] for o in aws.s3.list_objects_v2(Bucket=aws.data_bucket)["Contents"]}
+    assert stored == {"data/pets/cat/good.jpg", *bad}
+
+
+def test_the_same_bytes_under_another_label_are_a_conflict_and_under_the_same_a_duplicate(
+    aws, config, events_dir
+):
+    from tests.unit.functions import images
+
+    photo = images.jpeg(color=(1, 2, 3))
+    first = _upload(aws, events_dir, "data/pets/cat/tom.jpg", photo, "01")
+    again = _upload(aws, events_dir, "data/pets/cat/tom (copy).jpg", photo, "02")
+    relabelled = _upload(aws, events_dir, "data/pets/lynx/tom.jpg", photo, "03")
+    # WHEN the three are ingested, then the first is delivered again (SQS delivers at least once)
+    _ingest(aws, config, [first, again, relabelled], s3=aws.s3)
+    _ingest(aws, config, [first], s3=aws.s3)
+    # THEN the first holds the bytes; the copy is a duplicate and the other label a conflict, both naming it
+    rows = {row["key"]: row for row in _rows(aws, "pets")}
+    assert set(rows) == {"data/pets/cat/tom.jpg", "data/pets/cat/tom (copy).jpg", "data/pets/lynx/tom.jpg"}
+    assert rows["data/pets/cat/tom.jpg"]["state"] == names.STATE_PENDING
+    copy, other = rows["data/pets/cat/tom (copy).jpg"], rows["data/pets/lynx/tom.jpg"]
+    assert (copy["state"], copy["problem"]) == (names.STATE_REJECTED, names.PROBLEM_DUPLICATE)
+    assert (other["state"], other["problem"]) == (names.STATE_REJECTED, names.PROBLEM_CONFLICT)
+    assert "data/pets/cat/tom.jpg" in copy["reason"] and "data/pets/cat/tom.jpg" in other["reason"]
+    assert "label 'cat'" in other["reason"]
+
+
+def test_deleting_an_upload_stops_it_being_trained_and_frees_its_bytes(aws, config, events_dir):
+    from tests.unit.functions import images
+
+    # GIVEN a photo under the wrong label, and its copy under the right one refused as a conflict
+    photo = images.jpeg(color=(9, 9, 9))
+    _ingest(aws, config, [_upload(aws, events_dir, "data/pets/cat/x.jpg", photo, "01")], s3=aws.s3)
+    _ingest(aws, config, [_upload(aws, events_dir, "data/pets/lynx/x.jpg", photo, "02")], s3=aws.s3)
+    # WHEN the user deletes the wrong one (as the conflict's reason said) and uploads the right one again
+    aws.s3.delete_object(Bucket=aws.data_bucket, Key="data/pets/cat/x.jpg")
+    response = _ingest(aws, config, [_deleted(events_dir, "data/pets/cat/x.jpg", "03")], s3=aws.s3)
+    _ingest(aws, config, [_upload(aws, events_dir, "data/pets/lynx/x.jpg", photo, "04")], s3=aws.s3)
+    # THEN the deleted row is `removed`, no longer waiting, and the right label's upload is pending
+    assert response == {"batchItemFailures": []}
+    rows = {row["key"]: row for row in _rows(aws, "pets")}
+    assert rows["data/pets/cat/x.jpg"]["state"] == names.STATE_REMOVED
+    assert names.LEDGER_PENDING_PK not in rows["data/pets/cat/x.jpg"]
+    assert rows["data/pets/lynx/x.jpg"]["state"] == names.STATE_PENDING
+
+
+def test_a_claim_left_by_a_key_overwritten_with_other_bytes_is_taken_over(aws, config, events_dir):
+    from tests.unit.functions import images
+
+    # GIVEN a.jpg uploaded, then overwritten with another photo
+    old, new = images.jpeg(color=(5, 5, 5)), images.jpeg(color=(250, 250, 250))
+    _ingest(aws, config, [_upload(aws, events_dir, "data/pets/cat/a.jpg", old, "01")], s3=aws.s3)
+    _ingest(aws, config, [_upload(aws, events_dir, "data/pets/cat/a.jpg", new, "02")], s3=aws.s3)
+    # WHEN the old photo is uploaded under another name
+    _ingest(aws, config, [_upload(aws, events_dir, "data/pets/cat/b.jpg", old, "03")], s3=aws.s3)
+    # THEN it is not a duplicate: no key holds those bytes any more
+    rows = {row["key"]: row for row in _rows(aws, "pets")}
+    assert rows["data/pets/cat/b.jpg"]["state"] == names.STATE_PENDING
+
+
+def test_a_late_deletion_notice_does_not_remove_a_newer_upload(aws, config, events_dir):
+    from tests.unit.functions import images
+
+    key = "data/pets/cat/a.jpg"
+    _ingest(aws, config, [_upload(aws, events_dir, key, images.jpeg(), "05")], s3=aws.s3)
+    _ingest(aws, config, [_deleted(events_dir, key, "03")], s3=aws.s3)
+    [row] = _rows(aws, "pets")
+    assert row["state"] == names.STATE_PENDING
+
+
+def test_an_object_deleted_before_it_was_read_is_rejected_not_retried(aws, config, events_dir):
+    from tests.unit.functions import images
+
+    body = _upload(aws, events_dir, "data/pets/cat/gone.jpg", images.jpeg(), "01")
+    aws.s3.delete_object(Bucket=aws.data_bucket, Key="data/pets/cat/gone.jpg")
+    response = _ingest(aws, config, [body], s3=aws.s3)
+    assert response == {"batchItemFailures": []}
+    [row] = _rows(aws, "pets")
+    assert row["state"] == names.STATE_REJECTED and "deleted before it could be read" in row["reason"]
