@@ -45,6 +45,9 @@ CONFIG_FILE = "config.json"
 FAILURE_FILE = "failure"  # under <base>/output; SageMaker shows its first 1,024 characters
 FAILURE_REASON_LIMIT = 1024
 EVALUATION_FILE = "evaluation.json"
+# evaluation.json: the files the evaluated model's training could not decode ([{"path", "reason"}], from
+# its config.json), so the control plane records them in the run.
+TRAINING_SKIPPED_KEY = "training_skipped"
 CONFUSION_MATRIX_FILE = "confusion_matrix.png"
 RULE_RESULTS_FILE = "rule_results.json"
 TENSORS_DIRNAME = "tensors"  # Debugger tensors, under SM_OUTPUT_DATA_DIR (shipped in output.tar.gz)
@@ -54,6 +57,11 @@ PROFILE_DIRNAME = "profile"  # system profile JSON lines, beside the tensors
 MANIFEST_FILE = "manifest.jsonl"
 MANIFEST_PATH_KEY = "path"  # relative to the train channel root: <label>/<file>
 MANIFEST_LABEL_KEY = "label"
+# Optional: the sample's split, as the control plane froze it; without it, the path's hash decides. A
+# validation line is used once however often it repeats (boosting repeats training lines only).
+MANIFEST_SPLIT_KEY = "split"
+SPLIT_TRAIN = "train"
+SPLIT_VALIDATION = "validation"
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
 
 # Checkpoints: <checkpoint dir>/<training job>/<host>/ckpt-<global step>.pt, so that the trials of

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -74,6 +74,34 @@ def read_manifest(manifest: Path) -> list[tuple[str, str]]:
     return entries
 
 
+def manifest_splits(manifest: Path) -> dict[str, str]:
+    """Path -> split of the manifest lines that name one (the control plane's frozen split)."""
+    splits: dict[str, str] = {}
+    for line in manifest.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            record = json.loads(line)
+            split = record.get(contract.MANIFEST_SPLIT_KEY) if isinstance(record, dict) else None
+            if split is not None:
+                if split not in (contract.SPLIT_TRAIN, contract.SPLIT_VALIDATION):
+                    raise DataError(
+                        f"manifest {manifest}: '{contract.MANIFEST_SPLIT_KEY}' is {split!r}; give "
+                        f"'{contract.SPLIT_TRAIN}' or '{contract.SPLIT_VALIDATION}'"
+                    )
+                splits[str(record[contract.MANIFEST_PATH_KEY]).lstrip("/")] = str(split)
+    return splits
+
+
+def validation_rule(splits: dict[str, str], fraction: float) -> Callable[[str], bool]:
+    """Whether a key is a validation sample: the manifest's split where it names one, else the hash."""
+
+    def is_validation(key: str) -> bool:
+        if key in splits:
+            return splits[key] == contract.SPLIT_VALIDATION
+        return in_validation(key, fraction)
+
+    return is_validation
+
+
 def in_validation(key: str, fraction: float) -> bool:
     """Deterministic split: the first 8 bytes of sha256(relative path) as a fraction of 2**64."""
     digest = hashlib.sha256(key.encode("utf-8")).digest()
@@ -129,8 +157,10 @@ def load_dataset(
     if validation_root is not None:
         val_entries = decodable(scan_folders(validation_root), validation_root, skipped)
     else:
-        val_entries = [e for e in train_entries if in_validation(e[1], val_fraction)]
-        train_entries = [e for e in train_entries if not in_validation(e[1], val_fraction)]
+        is_validation = validation_rule(manifest_splits(manifest) if manifest else {}, val_fraction)
+        # Repeated lines boost training only: each validation image counts once.
+        val_entries = list({e[1]: e for e in train_entries if is_validation(e[1])}.values())
+        train_entries = [e for e in train_entries if not is_validation(e[1])]
     labels = sorted({label for _, _, label in (*train_entries, *val_entries)})
     if len(labels) < 2:
         raise DataError(

@@ -15,7 +15,7 @@ import sys
 import tarfile
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ class Artifact:
     source: Path
     checkpoint_step: int | None = None
     val_fraction: float | None = None  # from the training job's config.json, when it is beside the model
+    training_skipped: list[dict[str, str]] = field(default_factory=list)  # files training could not decode
 
 
 def get_args_parser(base: Path) -> argparse.ArgumentParser:
@@ -136,9 +137,11 @@ def load_artifact(path: Path, workdir: Path) -> Artifact:
         raise EvaluationError(f"{path} is not a model written by train.py: {error}") from error
     config = path.parent / contract.CONFIG_FILE
     if config.is_file():
-        hyperparameters = json.loads(config.read_text(encoding="utf-8")).get("hyperparameters", {})
+        written = json.loads(config.read_text(encoding="utf-8"))
+        hyperparameters = written.get("hyperparameters", {})
         if "val-fraction" in hyperparameters:
             artifact.val_fraction = float(hyperparameters["val-fraction"])
+        artifact.training_skipped = [dict(item) for item in written.get("skipped", [])]
     return artifact
 
 
@@ -159,7 +162,8 @@ def collect(
     entries = data.read_manifest(manifest) if manifest is not None else data.scan_folders(data_dir)
     distinct = list(dict(entries).items())  # a path repeated to boost a class is evaluated once
     if split == "validation":
-        distinct = [(key, label) for key, label in distinct if data.in_validation(key, val_fraction)]
+        is_validation = data.validation_rule(data.manifest_splits(manifest) if manifest else {}, val_fraction)
+        distinct = [(key, label) for key, label in distinct if is_validation(key)]
     skipped: list[tuple[str, str]] = []
     kept = data.decodable(distinct, data_dir, skipped)
     if not kept:
@@ -282,6 +286,7 @@ def evaluate(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         skipped_unknown_labels=unknown,
         checkpoint_step=candidate.checkpoint_step,
     )
+    result[contract.TRAINING_SKIPPED_KEY] = candidate.training_skipped
     args.output.mkdir(parents=True, exist_ok=True)
     (args.output / contract.EVALUATION_FILE).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     plot_confusion(result["confusion_matrix"], candidate.labels, args.output / contract.CONFUSION_MATRIX_FILE)

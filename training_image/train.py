@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import json
 import logging
+import pathlib
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -106,6 +107,20 @@ def checkpoint_state(
         "loader": loader.state_dict(),
         "args": vars(args),
     }
+
+
+MAX_SKIPPED_LISTED = 1000
+
+
+def _channel_key(path: str, paths: contract.Paths) -> str:
+    """A skipped file as the manifest names it (<label>/<file>), not as this container mounted it."""
+    root = paths.channel(contract.CHANNEL_TRAIN)
+    if root is None:
+        return path
+    try:
+        return pathlib.Path(path).relative_to(root).as_posix()
+    except ValueError:
+        return path
 
 
 def write_model(
@@ -320,6 +335,11 @@ def _train(
         "train_images": len(dataset.train),
         "validation_images": len(dataset.validation),
         "skipped_files": len(dataset.skipped),
+        # Which files and why: evaluation.json carries them to the run record (and the report).
+        "skipped": [
+            {"path": _channel_key(path, paths), "reason": reason}
+            for path, reason in dataset.skipped[:MAX_SKIPPED_LISTED]
+        ],
         "loader": kind,
         "world_size": context.world_size,
     }

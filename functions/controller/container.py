@@ -6,6 +6,7 @@ compares every name here (and the state machine's literal copies) with contract.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Final
 
 PROGRAM: Final = "train.py"
@@ -16,8 +17,15 @@ CHANNEL_MANIFEST: Final = "manifest"
 MANIFEST_FILE: Final = "manifest.jsonl"
 MANIFEST_PATH_KEY: Final = "path"
 MANIFEST_LABEL_KEY: Final = "label"
+MANIFEST_SPLIT_KEY: Final = "split"
+SPLIT_TRAIN: Final = "train"
+SPLIT_VALIDATION: Final = "validation"
+VAL_FRACTION_DEFAULT: Final = 0.2  # contract's val-fraction default
 IMAGE_EXTENSIONS: Final = (".jpg", ".jpeg", ".png")
 EVALUATION_FILE: Final = "evaluation.json"
+TRAINING_SKIPPED_KEY: Final = (
+    "training_skipped"  # evaluation.json: [{"path", "reason"}] training could not decode
+)
 RULE_RESULTS_FILE: Final = "rule_results.json"
 MODEL_FILE: Final = "model.pt"
 CHECKPOINT_PREFIX: Final = "ckpt-"
@@ -43,3 +51,10 @@ HYPERPARAMETER_NAMES: Final = (
     "seed", "num-workers", "freeze-backbone-epochs", "amp", "val-fraction", "debug-hook", "debug-interval",
     "profile-interval-ms", "inject-loader-delay-ms",
 )  # fmt: skip
+
+
+def in_validation(key: str, fraction: float) -> bool:
+    """The container's split rule (training_image/data.py, compared in tests): the first 8 bytes of
+    sha256(relative path) as a fraction of 2**64."""
+    digest = hashlib.sha256(key.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < fraction

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 
-from controller import datasets, dispatch, ledger, names, runs
+from controller import datasets, dispatch, ledger, names, notes, runs
 from controller.best_candidate import seconds
 from controller.config import Config, get_config
 from controller.observability import logger, metrics, tracer
@@ -28,13 +28,20 @@ def frozen_objects(dataset: str, run_id: str, *, config: Config, s3: S3Client) -
 
 
 def mark_trained(dataset: str, run_id: str, *, config: Config, dynamodb: DynamoDBClient, s3: S3Client) -> int:
-    """Mark the run's new images trained; a key re-uploaded since the freeze stays pending."""
+    """Mark the run's new images trained (held, those of a label the run set aside); a key re-uploaded
+    since the freeze stays pending."""
     marked = 0
     for obj in frozen_objects(dataset, run_id, config=config, s3=s3):
         if obj.get("new") and ledger.mark_trained(
-            dataset, obj["key"], obj["sequencer"], run_id, table_name=config.ledger_table, client=dynamodb
+            dataset,
+            obj["key"],
+            obj["sequencer"],
+            run_id,
+            table_name=config.ledger_table,
+            client=dynamodb,
+            held=bool(obj.get("held")),
         ):
-            marked += 1
+            marked += 0 if obj.get("held") else 1
     return marked
 
 
@@ -111,6 +118,7 @@ def finalize(
     ]
     if registered.get("model_package_arn"):
         lines.append(f"Model package: {registered['model_package_arn']}")
+    lines += notes.data_lines(record, bucket=config.artifact_bucket)
     if next_run:
         lines.append(f"Uploads that arrived during the run started run {next_run}.")
     logger.info("run finalized", extra={"run_id": run_id, "status": fields["status"], "next_run": next_run})

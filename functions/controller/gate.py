@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 
-from controller import container, runs
+from controller import container, names, runs
 from controller.config import Config, get_config
 from controller.errors import RuleEvaluationsInProgressError
 from controller.observability import logger, tracer
@@ -67,16 +67,34 @@ def decide(
     return {"decision": "accepted", "reason": f"top-1 accuracy {challenger:.4f} ({versus}){note}"}
 
 
-def _evaluation(prefix: str, job: str, *, s3: S3Client) -> runs.Evaluation:
+MAX_UNREADABLE_RECORDED = 100  # the run record's share; the model's config.json lists up to 1000
+
+
+def _read_evaluation(prefix: str, job: str, *, s3: S3Client) -> tuple[runs.Evaluation, dict[str, Any]]:
     uri = prefix.rstrip("/") + "/" + container.EVALUATION_FILE
     report = read_json(uri, s3=s3, what=f"{container.EVALUATION_FILE} of {job}")
-    return {
+    evaluation: runs.Evaluation = {
         "top1": float(report["top1"]),
         "top3": float(report.get("top3", report["top1"])),
         "job": job,
         "checkpoint_step": report.get("checkpoint_step"),
         "report_uri": uri,
     }
+    return evaluation, report
+
+
+def _evaluation(prefix: str, job: str, *, s3: S3Client) -> runs.Evaluation:
+    return _read_evaluation(prefix, job, s3=s3)[0]
+
+
+def unreadable_images(report: dict[str, Any], dataset: str) -> list[dict[str, str]]:
+    """The files the challenger's training could not decode (evaluation.json's `training_skipped`, paths
+    relative to the data set), as object keys with the decoder's reason."""
+    prefix = names.dataset_prefix(dataset)
+    return [
+        {"key": prefix + str(item.get("path", "")).lstrip("/"), "reason": str(item.get("reason", ""))}
+        for item in (report.get(container.TRAINING_SKIPPED_KEY) or [])[:MAX_UNREADABLE_RECORDED]
+    ]
 
 
 def managed_rule_results(training_job: str, *, sagemaker: SageMakerClient) -> list[runs.RuleResult]:
@@ -129,7 +147,7 @@ def gate(
     sagemaker: SageMakerClient | None = None,
 ) -> dict[str, Any]:
     run, model = event["run"], event["model"]
-    challenger = _evaluation(run["challenger_s3_uri"], run["jobs"]["challenger"], s3=s3)
+    challenger, report = _read_evaluation(run["challenger_s3_uri"], run["jobs"]["challenger"], s3=s3)
     challenger["model_data"] = str(model["model_data"])
     champion = (
         _evaluation(run["champion_s3_uri"], run["jobs"]["champion"], s3=s3)
@@ -146,6 +164,7 @@ def gate(
         and any(r.get("status") == ISSUES_FOUND for r in rules),
         "gate": decision,
         "model_data": str(model["model_data"]),
+        "unreadable_images": unreadable_images(report, run["dataset"]),
     }
     if champion is not None:
         fields["champion"] = champion

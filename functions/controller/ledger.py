@@ -209,7 +209,7 @@ def mark_trained(
         client.update_item(
             TableName=table_name,
             Key=serialize({names.LEDGER_PK: dataset, names.LEDGER_SK: key}),
-            UpdateExpression="SET #state = :trained, trained_by = :run REMOVE #pending",
+            UpdateExpression=f"SET #state = :trained, {by} = :run REMOVE #pending",
             ConditionExpression="#seq = :seq",
             ExpressionAttributeNames={
                 "#state": "state",
@@ -217,7 +217,11 @@ def mark_trained(
                 "#pending": names.LEDGER_PENDING_PK,
             },
             ExpressionAttributeValues=serialize(
-                {":trained": names.STATE_TRAINED, ":run": run_id, ":seq": sequencer}
+                {
+                    ":trained": names.STATE_HELD if held else names.STATE_TRAINED,
+                    ":run": run_id,
+                    ":seq": sequencer,
+                }
             ),
         )
     except client.exceptions.ConditionalCheckFailedException:

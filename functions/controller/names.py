@@ -52,8 +52,17 @@ def is_fsx_report(key: str) -> bool:
     return key.startswith(FSX_REPORTS_PREFIX)
 
 
+REPORT_DIR: Final = "report/"
+REPORT_FILE: Final = "report.md"
+
+
 def run_prefix(dataset: str, run_id: str) -> str:
     return f"{RUNS_PREFIX}{dataset}/{run_id}/"
+
+
+def report_uri(bucket: str, dataset: str, run_id: str) -> str:
+    """Where `retrain report RUN` publishes a run's report (report.md and its charts) on AWS."""
+    return f"s3://{bucket}/{run_prefix(dataset, run_id)}{REPORT_DIR}{REPORT_FILE}"
 
 
 def manifest_prefix(dataset: str, run_id: str) -> str:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 
-from controller import container, datasets, ledger, names, runs
+from controller import balance, container, datasets, ledger, names, runs
 from controller.config import Config, get_config
 from controller.errors import ConfigurationError, DatasetBusyError, InvalidRunInputError, NotEnoughDataError
 from controller.observability import logger, tracer
@@ -61,34 +61,60 @@ def optimizers(settings: dict[str, Any]) -> list[str]:
     return chosen
 
 
+def balance_policy(settings: dict[str, Any], hyperparameters: dict[str, str]) -> balance.Policy:
+    """The run's manifest policy from the stack's parameters (RUN_SETTINGS) and the request's overrides."""
+    return balance.Policy(
+        mode=str(settings.get("class_balance", "none")),
+        ratio=float(settings.get("class_balance_ratio", 0.5)),
+        cap=int(settings.get("class_balance_cap", 1000)),
+        min_images=int(settings.get("min_images_per_label", 1)),
+        small_labels=str(settings.get("small_labels", "exclude")),
+        val_fraction=float(hyperparameters.get("val-fraction", container.VAL_FRACTION_DEFAULT)),
+    )
+
+
 def freeze_manifest(
-    dataset: str, run_id: str, *, config: Config, dynamodb: DynamoDBClient, s3: S3Client
+    dataset: str,
+    run_id: str,
+    *,
+    config: Config,
+    dynamodb: DynamoDBClient,
+    s3: S3Client,
+    policy: balance.Policy | None = None,
 ) -> dict[str, Any]:
     """Write the exact images of this run (manifest channel) and their ledger identities; return a summary."""
-    frozen = [
-        row
-        for row in ledger.rows(dataset, table_name=config.ledger_table, client=dynamodb)
-        if row.get("state") in (names.STATE_PENDING, names.STATE_TRAINED)
-    ]
-    per_label: dict[str, int] = {}
-    for row in frozen:
-        per_label[str(row["label"])] = per_label.get(str(row["label"]), 0) + 1
-    if len(per_label) < MIN_LABELS:
-        raise NotEnoughDataError(
-            f"data set {dataset!r} has {len(frozen)} accepted images in {len(per_label)} label folder(s) "
-            f"{sorted(per_label)}; a classifier needs at least {MIN_LABELS}. Upload images to "
-            f"s3://{config.data_bucket}/{names.dataset_prefix(dataset)}<label>/<image>."
-        )
+    frozen: list[dict[str, Any]] = []
+    rejected: dict[str, int] = {}  # uploads refused and still in the bucket, by problem
+    for row in ledger.rows(dataset, table_name=config.ledger_table, client=dynamodb):
+        if row.get("state") in names.FROZEN_STATES:
+            frozen.append(row)
+        elif row.get("state") == names.STATE_REJECTED:
+            problem = str(row.get("problem", names.PROBLEM_LAYOUT))
+            rejected[problem] = rejected.get(problem, 0) + 1
     prefix = names.dataset_prefix(dataset)
+    planned = balance.plan(
+        ((str(row[names.LEDGER_SK])[len(prefix) :], str(row["label"])) for row in frozen),
+        policy or balance.Policy(),
+    )
+    labels = sorted(planned.counts)
+    if len(labels) < MIN_LABELS:
+        excluded = "".join(f"; {label}: {why}" for label, why in planned.excluded.items())
+        folders = len(labels) + len(planned.excluded)
+        raise NotEnoughDataError(
+            f"data set {dataset!r} has {len(frozen)} accepted images in {folders} label folder(s), "
+            f"{len(labels)} of them trainable {labels}{excluded}; a classifier needs at least {MIN_LABELS}. "
+            f"Upload images to s3://{config.data_bucket}/{prefix}<label>/<image>."
+        )
     manifest = "".join(
         json.dumps(
             {
-                container.MANIFEST_PATH_KEY: str(row[names.LEDGER_SK])[len(prefix) :],
-                container.MANIFEST_LABEL_KEY: row["label"],
+                container.MANIFEST_PATH_KEY: path,
+                container.MANIFEST_LABEL_KEY: label,
+                container.MANIFEST_SPLIT_KEY: split,
             }
         )
         + "\n"
-        for row in frozen
+        for path, label, split in planned.lines
     )
     objects = "".join(
         json.dumps(
@@ -100,6 +126,7 @@ def freeze_manifest(
                 "etag": row.get("etag", ""),
                 "size": row.get("size", 0),
                 "new": row.get("state") == names.STATE_PENDING,
+                "held": str(row["label"]) in planned.excluded,
             }
         )
         + "\n"
@@ -110,12 +137,15 @@ def freeze_manifest(
     s3.put_object(
         Bucket=config.artifact_bucket, Key=names.objects_key(dataset, run_id), Body=objects.encode()
     )
-    new_labels = sorted({str(row["label"]) for row in frozen if row.get("state") == names.STATE_PENDING})
+    trained = [row for row in frozen if str(row["label"]) in planned.counts]
+    new_labels = sorted({str(row["label"]) for row in trained if row.get("state") == names.STATE_PENDING})
     return {
-        "size": len(frozen),
-        "new": sum(1 for row in frozen if row.get("state") == names.STATE_PENDING),
-        "labels": sorted(per_label),
+        "size": len(trained),
+        "new": sum(1 for row in trained if row.get("state") == names.STATE_PENDING),
+        "labels": labels,
         "new_labels": new_labels,
+        "rejected_uploads": dict(sorted(rejected.items())),
+        **planned.record(),
     }
 
 
@@ -173,7 +203,9 @@ def prepare(
             "the stack has no SubnetIds or SecurityGroupIds; SageMaker jobs (and FSx) run in a VPC. "
             "Update the stack with both parameters."
         )
-    summary = freeze_manifest(dataset, run_id, config=config, dynamodb=dynamodb, s3=s3)
+    fixed_hyperparameters = {k: _hp(v) for k, v in (request.overrides.get("hyperparameters") or {}).items()}
+    policy = balance_policy(settings, fixed_hyperparameters)
+    summary = freeze_manifest(dataset, run_id, config=config, dynamodb=dynamodb, s3=s3, policy=policy)
     jobs = job_names(dataset, execution_arn)
     artifact = f"s3://{config.artifact_bucket}/"
     data_source = str(settings.get("data_source", "s3"))
@@ -285,6 +317,10 @@ def prepare(
             "new_images": summary["new"],
             "labels": summary["labels"],
             "data_source": data_source,
+            "class_balance": policy.record(),
+            "class_counts": summary["class_counts"],
+            "excluded_labels": summary["excluded_labels"],
+            "rejected_uploads": summary["rejected_uploads"],
         },
         table_name=config.runs_table,
         client=dynamodb,

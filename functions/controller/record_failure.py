@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 
-from controller import datasets, names, runs
+from controller import datasets, names, notes, runs
 from controller.config import Config, get_config
 from controller.observability import logger, metrics, tracer
 from controller.runs import serialize
@@ -85,8 +85,10 @@ def record_failure(
     moment = now or datetime.now(UTC)
     at = moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     recorded = False
+    record: runs.RunRecord | None = None
     if dataset and run_id and names.DATASET_RE.fullmatch(dataset):
-        if runs.get_run(dataset, run_id, table_name=config.runs_table, client=dynamodb) is not None:
+        record = runs.get_run(dataset, run_id, table_name=config.runs_table, client=dynamodb)
+        if record is not None:
             runs.mark_failed(
                 dataset,
                 run_id,
@@ -119,7 +121,13 @@ def record_failure(
     return {
         "recorded": recorded,
         "subject": subject,
-        "message": f"Run {run_id} of data set {dataset or '?'} failed.\n{message}",
+        "message": "\n".join(
+            [
+                f"Run {run_id} of data set {dataset or '?'} failed.",
+                message,
+                *notes.data_lines(record, bucket=config.artifact_bucket),
+            ]
+        ),
         "error": execution_error(error),
         "cause": message[:FAIL_CAUSE_LIMIT],
     }

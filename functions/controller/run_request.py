@@ -11,6 +11,8 @@ against it with Powertools' validation utility (fastjsonschema).
         "spot": false, "max_runtime_seconds": 3600, "max_wait_seconds": 7200,
         "tuning_strategy": "Bayesian", "optimizers": ["sgd"],
         "final_training": true, "data_source": "s3",
+        "class_balance": "oversample", "class_balance_ratio": 0.5,   # or "cap" with "class_balance_cap"
+        "min_images_per_label": 5, "small_labels": "exclude",
         "hyperparameters": {"lr": 0.01, "optimizer": "sgd"}}}   # fixed: skip tuning, train once
 """
 
@@ -21,7 +23,7 @@ from typing import Any, Final
 
 from aws_lambda_powertools.utilities.validation import SchemaValidationError, validate
 
-from controller import container, names
+from controller import balance, container, names
 from controller.errors import InvalidRunInputError
 
 TRIGGERS: Final = ("schedule", "upload", "manual")
@@ -62,6 +64,11 @@ OVERRIDES_SCHEMA: Final[dict[str, Any]] = {
         },
         "final_training": {"type": "boolean"},
         "data_source": {"enum": list(DATA_SOURCES)},
+        "class_balance": {"enum": list(balance.MODES)},
+        "class_balance_ratio": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        "class_balance_cap": _integer(1, 10_000_000),
+        "min_images_per_label": _integer(1, 1_000_000),
+        "small_labels": {"enum": list(balance.SMALL_LABELS)},
         "hyperparameters": {
             "type": "object",
             "additionalProperties": False,

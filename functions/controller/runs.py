@@ -75,6 +75,11 @@ class RunRecord(TypedDict, total=False):
     new_images: int
     labels: list[str]
     data_source: str  # fsx | s3
+    class_balance: dict[str, str | int | float]  # the manifest's policy (balance.Policy.record)
+    class_counts: dict[str, dict[str, int]]  # per label: images, validation, train, train_lines
+    excluded_labels: dict[str, str]  # label -> why it was set aside
+    rejected_uploads: dict[str, int]  # refused uploads still in the bucket, by problem (names.PROBLEM_*)
+    unreadable_images: list[dict[str, str]]  # {"key", "reason"}: what training could not decode
     import_task: str
     tuning_job: str
     best_training_job: str

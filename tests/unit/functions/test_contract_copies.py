@@ -42,14 +42,22 @@ def test_lambda_package_copies_match_the_contract():
         contract.CHANNEL_MANIFEST,
     )
     assert container.MANIFEST_FILE == contract.MANIFEST_FILE
-    assert (container.MANIFEST_PATH_KEY, container.MANIFEST_LABEL_KEY) == (
+    assert (container.MANIFEST_PATH_KEY, container.MANIFEST_LABEL_KEY, container.MANIFEST_SPLIT_KEY) == (
         contract.MANIFEST_PATH_KEY,
         contract.MANIFEST_LABEL_KEY,
+        contract.MANIFEST_SPLIT_KEY,
     )
+    assert (container.SPLIT_TRAIN, container.SPLIT_VALIDATION) == (
+        contract.SPLIT_TRAIN,
+        contract.SPLIT_VALIDATION,
+    )
+    [val_fraction] = [h.default for h in contract.HYPERPARAMETERS if h.name == "val-fraction"]
+    assert val_fraction == container.VAL_FRACTION_DEFAULT
     assert container.IMAGE_EXTENSIONS == contract.IMAGE_EXTENSIONS == names.IMAGE_EXTENSIONS
-    assert (container.EVALUATION_FILE, container.RULE_RESULTS_FILE) == (
+    assert (container.EVALUATION_FILE, container.RULE_RESULTS_FILE, container.TRAINING_SKIPPED_KEY) == (
         contract.EVALUATION_FILE,
         contract.RULE_RESULTS_FILE,
+        contract.TRAINING_SKIPPED_KEY,
     )
     assert (container.CHECKPOINT_PREFIX, container.CHECKPOINT_SUFFIX) == (
         contract.CHECKPOINT_PREFIX,
@@ -142,3 +150,13 @@ def test_every_task_retries_transient_errors_and_every_top_level_task_catches():
     for name, state in top_level.items():
         if state["Type"] == "Parallel":
             assert state.get("Catch"), f"{name} has no Catch"
+
+
+def test_the_control_planes_split_rule_is_the_containers():
+    import data
+
+    keys = [f"{label}/img_{i:04d}.jpg" for label in ("cat", "lynx", "été") for i in range(400)]
+    for fraction in (0.1, 0.2, 0.5):
+        assert [container.in_validation(k, fraction) for k in keys] == [
+            data.in_validation(k, fraction) for k in keys
+        ]

@@ -7,7 +7,19 @@ import json
 
 import pytest
 
-from controller import checkpoint_eval, datasets, gate, names, prepare, record_failure, run_request, runs
+from controller import (
+    checkpoint_eval,
+    container,
+    datasets,
+    gate,
+    ledger,
+    names,
+    notes,
+    prepare,
+    record_failure,
+    run_request,
+    runs,
+)
 from controller.errors import DatasetBusyError, ImportFailedError, InvalidRunInputError, NotEnoughDataError
 from tests.unit.functions.support import object_created, sqs_event
 
@@ -77,10 +89,12 @@ def test_prepare_freezes_accepted_images_into_the_manifest_and_takes_the_lock(aw
     # THEN the manifest lists the accepted images relative to the data set, as the container reads them
     key = names.manifest_prefix("flowers", "run-1") + "manifest.jsonl"
     lines = aws.s3.get_object(Bucket=aws.artifact_bucket, Key=key)["Body"].read().decode().splitlines()
+    # (with the split each key hashes into, which never changes between runs)
     assert [json.loads(line) for line in lines] == [
-        {"path": "daisy/a.jpg", "label": "daisy"},
-        {"path": "tulip/b.png", "label": "tulip"},
+        {"path": "daisy/a.jpg", "label": "daisy", "split": "train"},
+        {"path": "tulip/b.png", "label": "tulip", "split": "train"},
     ]
+    assert not container.in_validation("daisy/a.jpg", 0.2) and not container.in_validation("tulip/b.png", 0.2)
     assert (run["manifest_size"], run["labels"]) == (2, ["daisy", "tulip"])
     # AND the run holds the data set's lock, and the run record is RUNNING
     assert (
@@ -542,3 +556,137 @@ def test_a_stopped_execution_is_announced(aws, config):
     assert result["notified"] is True
     [notice] = _notices(url)
     assert "ended TIMED_OUT" in notice
+
+
+# --- the data a run trains on: balancing, labels set aside, what the notification says ------------------
+
+
+def _keys(label: str, n: int) -> list[str]:
+    return [f"data/pets/{label}/{i:04d}.jpg" for i in range(n)]
+
+
+def _finalize(aws, config, run, decision="accepted"):
+    from controller import finalize
+
+    return finalize.finalize(
+        {
+            "run": run,
+            "gate": {"decision": decision, "reason": "ok", "top1": 0.9},
+            "model": {"model_data": "s3://m"},
+            "registered": {},
+        },
+        config=config,
+        dynamodb=aws.dynamodb,
+        s3=aws.s3,
+        sagemaker=aws.sagemaker,
+        sfn=None,
+    )
+
+
+def test_a_run_requested_with_oversampling_repeats_the_rare_class_in_its_manifest(aws, config, events_dir):
+    # GIVEN 10:1 cats to lynxes
+    _upload(aws, config, events_dir, *_keys("cat", 200), *_keys("lynx", 20))
+    # WHEN a run is prepared with oversampling up to half the largest class
+    overrides = {"class_balance": "oversample", "class_balance_ratio": 0.5}
+    run = _prepare(aws, config, {"dataset": "pets", "overrides": overrides})
+    # THEN the manifest's lynx training lines are repeated up to half the cats', validation lines once
+    key = names.manifest_prefix("pets", "run-1") + container.MANIFEST_FILE
+    lines = [
+        json.loads(x)
+        for x in aws.s3.get_object(Bucket=aws.artifact_bucket, Key=key)["Body"].read().splitlines()
+    ]
+    train = [x for x in lines if x["split"] == "train"]
+    cats = sum(1 for x in train if x["label"] == "cat")
+    lynxes = [x["path"] for x in train if x["label"] == "lynx"]
+    assert len(lynxes) == -(-cats // 2) and len(set(lynxes)) < len(lynxes)
+    validation = [x["path"] for x in lines if x["split"] == "validation"]
+    assert len(validation) == len(set(validation))
+    # AND the run record says the policy and the counts before and after
+    record = runs.get_run("pets", "run-1", table_name=aws.runs_table, client=aws.dynamodb)
+    assert record["class_balance"] == {"mode": "oversample", "ratio": 0.5, "min_images_per_label": 1,
+                                       "small_labels": "exclude"}  # fmt: skip
+    assert record["class_counts"]["lynx"]["train_lines"] == len(lynxes)
+    assert record["class_counts"]["cat"]["train_lines"] == record["class_counts"]["cat"]["train"] == cats
+    assert run["manifest_size"] == 220
+
+
+def test_a_label_below_the_minimum_is_set_aside_held_and_named_in_the_notification(aws, config, events_dir):
+    # GIVEN three labels, one with 2 images, a stack that wants 5 per label, and a refused upload
+    small = dataclasses.replace(config, settings={**config.settings, "min_images_per_label": 5})
+    _upload(
+        aws, small, events_dir, *_keys("cat", 10), *_keys("dog", 10), *_keys("lynx", 2), "data/pets/cat/x.txt"
+    )
+    # WHEN a run is prepared and finishes
+    run = _prepare(aws, small, {"dataset": "pets"})
+    done = _finalize(aws, small, run)
+    # THEN lynx is not in the manifest, and its rows are held (waiting for more images, not trained)
+    assert run["labels"] == ["cat", "dog"] and run["manifest_size"] == 20
+    rows = {r["key"]: r for r in ledger.rows("pets", table_name=aws.ledger_table, client=aws.dynamodb)}
+    assert {rows[k]["state"] for k in _keys("lynx", 2)} == {names.STATE_HELD}
+    assert {rows[k]["state"] for k in _keys("cat", 10)} == {names.STATE_TRAINED}
+    # AND the notification says which label was set aside and why, the refused upload, and where to look
+    assert "Labels set aside from this run: lynx: 2 image(s), below MinImagesPerLabel 5" in done["message"]
+    assert "Uploads refused and left in the bucket: 1 (1 layout)" in done["message"]
+    assert "retrain report run-1" in done["message"]
+    # AND WHEN three more lynx images arrive, the next run trains all five
+    datasets.release("pets", "run-1", table_name=aws.datasets_table, client=aws.dynamodb)
+    _upload(aws, small, events_dir, *[f"data/pets/lynx/new-{i}.jpg" for i in range(3)])
+    run2 = _prepare(aws, small, {"dataset": "pets"}, name="run-2")
+    assert run2["labels"] == ["cat", "dog", "lynx"] and run2["manifest_size"] == 25
+
+
+def test_with_small_labels_allowed_a_small_label_trains(aws, config, events_dir):
+    allowed = dataclasses.replace(
+        config, settings={**config.settings, "min_images_per_label": 5, "small_labels": "allow"}
+    )
+    _upload(aws, allowed, events_dir, *_keys("cat", 10), *_keys("lynx", 2))
+    run = _prepare(aws, allowed, {"dataset": "pets"})
+    assert run["labels"] == ["cat", "lynx"]
+
+
+def test_a_data_set_left_with_one_trainable_label_is_refused_with_the_labels_set_aside(
+    aws, config, events_dir
+):
+    small = dataclasses.replace(config, settings={**config.settings, "min_images_per_label": 5})
+    _upload(aws, small, events_dir, *_keys("cat", 10), *_keys("lynx", 2))
+    with pytest.raises(NotEnoughDataError) as error:
+        _prepare(aws, small, {"dataset": "pets"})
+    assert "lynx: 2 image(s), below MinImagesPerLabel 5" in str(error.value)
+
+
+def test_the_gate_records_the_files_training_could_not_decode(aws, config):
+    # GIVEN the challenger's evaluation.json, listing a file its training could not decode
+    prefix = f"s3://{aws.artifact_bucket}/runs/pets/run-1/eval/"
+    report = {"top1": 0.9, "top3": 1.0, container.TRAINING_SKIPPED_KEY: [
+        {"path": "cat/broken.jpg", "reason": "image file is truncated (3 bytes not processed)"}]}  # fmt: skip
+    aws.s3.put_object(
+        Bucket=aws.artifact_bucket, Key="runs/pets/run-1/eval/evaluation.json", Body=json.dumps(report)
+    )
+    runs.put_run({"dataset": "pets", "run_id": "run-1", "status": "RUNNING"}, table_name=aws.runs_table,
+                 client=aws.dynamodb)  # fmt: skip
+    run = {"dataset": "pets", "run_id": "run-1", "challenger_s3_uri": prefix, "jobs": {"challenger": "e1"},
+           "debugger_mode": "off"}  # fmt: skip
+    # WHEN the gate decides
+    gate.gate(
+        {"run": run, "model": {"model_data": "s3://m"}}, config=config, dynamodb=aws.dynamodb, s3=aws.s3
+    )
+    # THEN the run record names the object and the decoder's reason
+    record = runs.get_run("pets", "run-1", table_name=aws.runs_table, client=aws.dynamodb)
+    assert record["unreadable_images"] == [
+        {"key": "data/pets/cat/broken.jpg", "reason": "image file is truncated (3 bytes not processed)"}
+    ]
+    # AND the notification counts it
+    assert "Images training could not decode: 1 (the report lists them)." in notes.data_lines(
+        record, bucket=aws.artifact_bucket
+    )
+
+
+def test_a_failed_runs_notification_also_says_what_was_wrong_with_its_data(aws, config):
+    runs.put_run(
+        {"dataset": "pets", "run_id": "run-1", "status": "RUNNING", "rejected_uploads": {"content": 3}},
+        table_name=aws.runs_table,
+        client=aws.dynamodb,
+    )
+    event = {"state": {"run": {"dataset": "pets", "run_id": "run-1"}, "error": {"Error": "X", "Cause": "y"}}}
+    done = record_failure.record_failure(event, config=config, dynamodb=aws.dynamodb)
+    assert "Uploads refused and left in the bucket: 3 (3 content)" in done["message"]

@@ -1,0 +1,42 @@
+"""What a run's notification says about its data: refused uploads, labels set aside, unreadable images.
+
+Counts only, with where the details are: `retrain status` and the run's report list every file and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from controller import names
+
+
+def data_lines(record: Mapping[str, Any] | None, *, bucket: str) -> list[str]:
+    """The notification's lines on the data of the run `record` (none when all was well)."""
+    if not record:
+        return []
+    lines: list[str] = []
+    rejected = {k: int(v) for k, v in (record.get("rejected_uploads") or {}).items() if int(v)}
+    if rejected:
+        parts = ", ".join(f"{count} {problem}" for problem, count in sorted(rejected.items()))
+        lines.append(
+            f"Uploads refused and left in the bucket: {sum(rejected.values())} ({parts}); "
+            "each with its reason in `retrain status` and the report."
+        )
+    excluded = record.get("excluded_labels") or {}
+    if excluded:
+        said = "; ".join(f"{label}: {why}" for label, why in sorted(excluded.items()))
+        lines.append(f"Labels set aside from this run: {said}.")
+    unreadable = record.get("unreadable_images") or []
+    if unreadable:
+        lines.append(f"Images training could not decode: {len(unreadable)} (the report lists them).")
+    counts = record.get("class_counts") or {}
+    policy = record.get("class_balance") or {}
+    if counts and policy.get("mode", "none") != "none":
+        before = ", ".join(f"{label} {int(c['train'])}" for label, c in sorted(counts.items()))
+        after = ", ".join(f"{label} {int(c['train_lines'])}" for label, c in sorted(counts.items()))
+        lines.append(f"Training images per class ({policy['mode']}): {before} -> lines {after}.")
+    if lines:
+        report = names.report_uri(bucket, str(record["dataset"]), str(record["run_id"]))
+        lines.append(f"Report: `retrain report {record['run_id']}` (published to {report}).")
+    return lines
