@@ -35,7 +35,6 @@ from retrain.summary import summary
 from retrain.upload import check_dataset_name, find_files, likely_images, upload_files
 
 RUNS_DIR = Path("runs")
-REPORT_S3_DIR = "report/"
 DEMO_DATASET = "digits"
 DEMO_BATCHES = 3
 DEMO_TIMEOUT_MINUTES = 60
@@ -167,11 +166,11 @@ def _publish_report(deployment: Deployment, record: runs.RunRecord, out_dir: Pat
     if deployment.local:
         return str(out_dir / "report.md")
     bucket = deployment.output(names.STACK_OUTPUTS["artifact_bucket"])
-    prefix = names.run_prefix(record["dataset"], record["run_id"]) + REPORT_S3_DIR
+    prefix = names.run_prefix(record["dataset"], record["run_id"]) + names.REPORT_DIR
     s3 = deployment.client("s3")
     for path in sorted(p for p in out_dir.rglob("*") if p.is_file()):
         s3.upload_file(str(path), bucket, prefix + path.relative_to(out_dir).as_posix())
-    return f"s3://{bucket}/{prefix}report.md"
+    return names.report_uri(bucket, record["dataset"], record["run_id"])
 
 
 def _finish(

@@ -76,9 +76,11 @@ def uploads(rows: Iterable[dict[str, Any]], keys: set[str] | None = None) -> tup
         key = str(row.get(names.LEDGER_SK, ""))
         if keys is not None and key not in keys:
             continue
-        if row.get(LEDGER_STATE) == names.STATE_REJECTED:
-            rejected.append(Rejected(key=key, reason=str(row.get(LEDGER_REASON, "no reason recorded"))))
-        else:
+        state = row.get(LEDGER_STATE)
+        if state == names.STATE_REJECTED:
+            reason = str(row.get(LEDGER_REASON, "no reason recorded"))
+            rejected.append(Rejected(key, reason, str(row.get("problem", names.PROBLEM_LAYOUT))))
+        elif state != names.STATE_REMOVED:
             accepted += 1
     return accepted, sorted(rejected, key=lambda r: r.key)
 
@@ -266,6 +268,13 @@ def collect(
         gate_passed=None if gate is None else gate["decision"] == "accepted",
         gate_reason="" if gate is None else gate["reason"],
         model_package=record.get("model_package_arn", ""),
+        class_balance=dict(record.get("class_balance", {})),
+        class_counts={label: dict(c) for label, c in record.get("class_counts", {}).items()},
+        excluded_labels=dict(record.get("excluded_labels", {})),
+        unreadable=[
+            Rejected(str(item["key"]), str(item["reason"]), "unreadable")
+            for item in record.get("unreadable_images", [])
+        ],
     )
     if facts.status not in runs.FINAL_STATUSES and facts.execution_arn:
         ended_without_record(deployment, facts)

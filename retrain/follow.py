@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from controller import names, runs
-from retrain.collect import INTERRUPTED_STATUS
+from retrain.collect import INTERRUPTED_STATUS, ledger_rows, uploads
 from retrain.deployment import Deployment
 from retrain.errors import RetrainError, RunFailedError
 
@@ -55,6 +55,11 @@ class Snapshot:
     jobs: list[JobRow] = field(default_factory=list)
     elapsed_seconds: float = 0.0
     error: str = ""
+    # The data set's refused uploads ({"key", "problem", "reason"}; they stay in the bucket until fixed),
+    # the labels this run set aside and the files its training could not decode.
+    rejected: list[dict[str, str]] = field(default_factory=list)
+    excluded_labels: dict[str, str] = field(default_factory=dict)
+    unreadable: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def finished(self) -> bool:
@@ -161,6 +166,10 @@ def snapshot(deployment: Deployment, record: runs.RunRecord, *, now: datetime | 
     ended = _parse_time(record.get("finished_at", "")) if record["status"] in runs.FINAL_STATUSES else None
     if started is not None:
         shot.elapsed_seconds = max(0.0, ((ended or now or datetime.now(UTC)) - started).total_seconds())
+    _, refused = uploads(ledger_rows(deployment, shot.dataset))
+    shot.rejected = [{"key": r.key, "problem": r.problem, "reason": r.reason} for r in refused]
+    shot.excluded_labels = dict(record.get("excluded_labels", {}))
+    shot.unreadable = [dict(item) for item in record.get("unreadable_images", [])]
     sagemaker = deployment.client("sagemaker")
     jobs: dict[str, str] = {}
     arn = record.get("execution_arn")
@@ -204,10 +213,33 @@ def render(shot: Snapshot) -> Group:
         )
         objective = "—" if row.objective is None else f"{row.objective:.4f}"
         table.add_row(row.name, row.kind, status, objective, str(row.interruptions), str(row.resumes))
-    parts: list[Any] = [title, state, history, table]
+    parts: list[Any] = [title, state, history, table, *_data_parts(shot)]
     if shot.error:
         parts.append(Text(shot.error, style="bold red"))
     return Group(*parts)
+
+
+SHOWN_PROBLEMS = 20
+
+
+def _data_parts(shot: Snapshot) -> list[Any]:
+    """Refused uploads (the first SHOWN_PROBLEMS, with reasons), labels set aside, unreadable files."""
+    parts: list[Any] = []
+    files = [(r["key"], r["problem"], r["reason"]) for r in shot.rejected]
+    files += [(u["key"], "unreadable", u["reason"]) for u in shot.unreadable]
+    if files:
+        table = Table(box=None, pad_edge=False, header_style="bold", title_justify="left")
+        for column in ("refused or unreadable file", "problem", "reason"):
+            table.add_column(column, overflow="fold")
+        for key, problem, reason in files[:SHOWN_PROBLEMS]:
+            table.add_row(key, problem, reason)
+        parts.append(table)
+        if len(files) > SHOWN_PROBLEMS:
+            more = len(files) - SHOWN_PROBLEMS
+            parts.append(Text(f"... and {more} more: `retrain status --json` or the report lists all"))
+    for label, why in sorted(shot.excluded_labels.items()):
+        parts.append(Text.assemble(("label set aside: ", "bold"), f"{label}: {why}"))
+    return parts
 
 
 def plain_line(shot: Snapshot) -> str:
@@ -217,6 +249,9 @@ def plain_line(shot: Snapshot) -> str:
     return (
         f"run {shot.run_id} {shot.status} state={shot.current_state or '-'} "
         f"trials={done}/{len(trials)} interruptions={interruptions} elapsed={_elapsed(shot.elapsed_seconds)}"
+        + (f" rejected={len(shot.rejected)}" if shot.rejected else "")
+        + (f" unreadable={len(shot.unreadable)}" if shot.unreadable else "")
+        + (f" labels_set_aside={','.join(sorted(shot.excluded_labels))}" if shot.excluded_labels else "")
     )
 
 

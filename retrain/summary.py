@@ -27,7 +27,7 @@ def summary(facts: RunFacts) -> dict[str, Any]:
         "run_id": facts.run_id,
         "status": facts.status,
         "accepted": facts.accepted,
-        "rejected": [{"key": r.key, "reason": r.reason} for r in facts.rejected],
+        "rejected": [{"key": r.key, "problem": r.problem, "reason": r.reason} for r in facts.rejected],
         "tuning": {
             "jobs": len(facts.trials),
             "best_job": facts.best_job or None,

@@ -8,13 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import retrain.container_contract  # noqa: F401  (puts training_image/ on sys.path outside pytest)
+from controller import names
 from retrain.pricing import PRICE_DATE, PRICE_REGION, PRICE_SOURCE, job_cost, spot_savings_pct
 from retrain.report import charts
 from retrain.report.facts import RunFacts
 
 log = logging.getLogger(__name__)
 
-REPORT_FILE = "report.md"
+REPORT_FILE = names.REPORT_FILE
 TUNING_PNG = "tuning_trials.png"
 LOSS_PNG = "loss_curves.png"
 CHECKPOINT_PNG = "checkpoint_evaluations.png"
@@ -85,6 +86,51 @@ def utilisation_report(profile_dir: Path | None, out_dir: Path) -> Path | None:
         return None
 
 
+def _uploads(facts: RunFacts) -> list[str]:
+    """Accepted and refused uploads; each refused file with its problem and what to do (it stays put)."""
+    by_problem: dict[str, int] = {}
+    for r in facts.rejected:
+        by_problem[r.problem] = by_problem.get(r.problem, 0) + 1
+    kinds = ", ".join(f"{n} {problem}" for problem, n in sorted(by_problem.items()))
+    said = f"{facts.accepted} accepted, {len(facts.rejected)} rejected"
+    if kinds:
+        said += f" ({kinds}); refused files stay in the bucket until you fix or delete them"
+    lines = ["## Uploads", "", said + ".", ""]
+    if facts.rejected:
+        lines += _table(
+            ["rejected key", "problem", "reason"],
+            [[f"`{r.key}`", r.problem, r.reason] for r in facts.rejected],
+        )
+    return lines
+
+
+def _data(facts: RunFacts) -> list[str]:
+    """What the run trained on: per-class counts before and after balancing, labels set aside, and the
+    files training could not decode."""
+    lines = ["## Training data", ""]
+    policy = facts.class_balance
+    if policy:
+        said = ", ".join(f"{k} {v}" for k, v in policy.items() if k != "mode")
+        lines += [f"Class balance: **{policy.get('mode', 'none')}** ({said}).", ""]
+    if facts.class_counts:
+        lines += _table(
+            ["class", "images", "validation", "training images", "training lines (after balancing)"],
+            [
+                [label, *(c.get(k, 0) for k in ("images", "validation", "train", "train_lines"))]
+                for label, c in sorted(facts.class_counts.items())
+            ],
+        )
+    else:
+        lines += ["_no class counts recorded_", ""]
+    if facts.excluded_labels:
+        aside: list[list[object]] = [[k, v] for k, v in sorted(facts.excluded_labels.items())]
+        lines += _table(["label set aside", "why"], aside)
+    if facts.unreadable:
+        lines += [f"Training could not decode {len(facts.unreadable)} accepted file(s); replace them:", ""]
+        lines += _table(["unreadable key", "reason"], [[f"`{r.key}`", r.reason] for r in facts.unreadable])
+    return lines
+
+
 def write_report(facts: RunFacts, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     lines = [f"# Run {facts.run_id}", ""]
@@ -101,9 +147,8 @@ def write_report(facts: RunFacts, out_dir: Path) -> Path:
     if facts.model_package:
         lines += [f"Model package: `{facts.model_package}`", ""]
 
-    lines += ["## Uploads", "", f"{facts.accepted} accepted, {len(facts.rejected)} rejected.", ""]
-    if facts.rejected:
-        lines += _table(["rejected key", "reason"], [[f"`{r.key}`", r.reason] for r in facts.rejected])
+    lines += _uploads(facts)
+    lines += _data(facts)
 
     lines += ["## Tuning", ""]
     if facts.tuning_job:
@@ -168,7 +213,7 @@ def write_report(facts: RunFacts, out_dir: Path) -> Path:
         for label, stats in ev.per_class.items():
             s = stats if isinstance(stats, dict) else {}
             rows.append([label, _fmt(s.get("precision")), _fmt(s.get("recall")), s.get("support", "—")])
-        lines += _table(["class", "precision", "recall", "support"], rows)
+        lines += _table(["class", "precision", "recall (class accuracy)", "support"], rows)
     _image(
         lines,
         charts.confusion_matrix(ev.confusion_matrix, ev.labels, out_dir / CONFUSION_PNG),

@@ -17,6 +17,7 @@ from retrain.job_logs import MetricPoint
 class Rejected:
     key: str
     reason: str
+    problem: str = "layout"  # controller.names.PROBLEM_*: layout, content, duplicate, conflict; or unreadable
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,10 @@ class RunFacts:
     execution_arn: str = ""
     accepted: int = 0
     rejected: list[Rejected] = field(default_factory=list)
+    class_balance: dict[str, Any] = field(default_factory=dict)  # the manifest's policy
+    class_counts: dict[str, dict[str, int]] = field(default_factory=dict)  # per label, before/after
+    excluded_labels: dict[str, str] = field(default_factory=dict)  # label -> why it was set aside
+    unreadable: list[Rejected] = field(default_factory=list)  # accepted, yet training could not decode
     tuning_job: str = ""
     trials: list[Trial] = field(default_factory=list)
     best_job: str = ""

@@ -24,6 +24,18 @@ ACCEPTED_KEYS = [f"data/{DATASET}/{label}/img-{i}.jpg" for label in LABELS for i
 REJECTED = {
     f"data/{DATASET}/notes.txt": "not under data/<dataset>/<label>/",
     f"data/{DATASET}/one/empty.jpg": "zero bytes",
+    f"data/{DATASET}/one/fake.jpg": "the bytes are not an image (they start with b'hello')",
+    f"data/{DATASET}/two/copy.jpg": "the same bytes are already uploaded under label 'one'",
+}
+PROBLEMS = {
+    f"data/{DATASET}/one/fake.jpg": names.PROBLEM_CONTENT,
+    f"data/{DATASET}/two/copy.jpg": names.PROBLEM_CONFLICT,
+}
+REMOVED_KEY = f"data/{DATASET}/zero/deleted.jpg"
+CLASS_COUNTS = {
+    "one": {"images": 30, "validation": 6, "train": 24, "train_lines": 24},
+    "two": {"images": 5, "validation": 1, "train": 4, "train_lines": 12},
+    "zero": {"images": 20, "validation": 4, "train": 16, "train_lines": 16},
 }
 
 
@@ -59,6 +71,16 @@ def record(status: str = "SUCCEEDED", **extra: Any) -> runs.RunRecord:
         ],
         "gate": {"decision": "accepted", "reason": "challenger top-1 0.950 >= champion 0.900 + 0.010"},
         "model_package_arn": "arn:aws:sagemaker:us-east-1:123456789012:model-package/retrain-digits/1",
+        "class_balance": {
+            "mode": "oversample",
+            "ratio": 0.5,
+            "min_images_per_label": 5,
+            "small_labels": "exclude",
+        },
+        "class_counts": CLASS_COUNTS,
+        "excluded_labels": {"lynx": "2 image(s), below MinImagesPerLabel 5; upload more images of it"},
+        "rejected_uploads": {"conflict": 1, "content": 1, "layout": 2},
+        "unreadable_images": [{"key": f"data/{DATASET}/zero/img-2.jpg", "reason": "image file is truncated"}],
     }
     base.update(extra)
     return runs.RunRecord(**base)  # type: ignore[typeddict-item]
@@ -77,8 +99,11 @@ def write(stack: Any, run: runs.RunRecord | None = None) -> runs.RunRecord:
             names.LEDGER_SK: key,
             "state": names.STATE_REJECTED,
             "reason": reason,
+            "problem": PROBLEMS.get(key, names.PROBLEM_LAYOUT),
         }
         dynamodb.put_item(TableName=stack.output("ledger_table"), Item=runs.serialize(item))
+    removed = {names.LEDGER_PK: DATASET, names.LEDGER_SK: REMOVED_KEY, "state": names.STATE_REMOVED}
+    dynamodb.put_item(TableName=stack.output("ledger_table"), Item=runs.serialize(removed))
     logs = boto3.client("logs")
     logs.create_log_group(logGroupName="/aws/sagemaker/TrainingJobs")
     for index, job in enumerate(TRIALS):

@@ -65,6 +65,26 @@ def test_status_shows_the_runs_jobs_and_interruptions(stack, recorded):
     assert [(j["objective"], j["interruptions"], j["resumes"]) for j in shot["jobs"]] == [
         (0.91, 1, 1), (0.95, 1, 1), (0.62, 0, 0)
     ]  # fmt: skip
+    # AND the data set's refused uploads with their problems, the label set aside and the unreadable file
+    assert {r["key"]: r["problem"] for r in shot["rejected"]} == {
+        key: recorded_run.PROBLEMS.get(key, "layout") for key in recorded_run.REJECTED
+    }
+    assert set(shot["excluded_labels"]) == {"lynx"}
+    assert shot["unreadable"] == [{"key": "data/digits/zero/img-2.jpg", "reason": "image file is truncated"}]
+
+
+def test_status_on_a_terminal_lists_each_refused_file_and_why(stack, recorded, recorded_sagemaker):
+    from rich.console import Console
+
+    from retrain.follow import render, snapshot
+
+    deployment = connect(stack.name)
+    deployment.clients["sagemaker"] = recorded_sagemaker
+    console = Console(width=200, record=True)
+    console.print(render(snapshot(deployment, recorded)))
+    text = console.export_text()
+    assert "data/digits/one/fake.jpg" in text and "content" in text and "not an image" in text
+    assert "label set aside: lynx: 2 image(s)" in text
 
 
 def test_report_writes_the_run_folder_and_prints_the_summary(stack, recorded, tmp_path):

@@ -101,6 +101,22 @@ def test_report_writes_markdown_and_real_pngs(facts, tmp_path):
     assert "| CPUBottleneck | IssuesFound | 12 | CPU p95 97% |" in text
     assert "**passed** — challenger top-1 0.950" in text
     assert "`data/digits/notes.txt`" in text
+    assert "| `data/digits/one/fake.jpg` | content | the bytes are not an image" in text
+    assert "4 rejected (1 conflict, 1 content, 2 layout)" in text
+
+
+def test_report_shows_the_training_data_balanced_set_aside_and_unreadable(facts, report):
+    # GIVEN a run that oversampled a rare class, set a small label aside and met an undecodable file
+    text, _ = report
+    # THEN per-class counts before and after balancing, the label set aside and the file are all there
+    assert "Class balance: **oversample** (ratio 0.5, min_images_per_label 5, small_labels exclude)" in text
+    assert "| two | 5 | 1 | 4 | 12 |" in text
+    assert "| lynx | 2 image(s), below MinImagesPerLabel 5; upload more images of it |" in text
+    assert "| `data/digits/zero/img-2.jpg` | image file is truncated |" in text
+    # AND per-class accuracy is in the evaluation table
+    assert "recall (class accuracy)" in text
+    # AND a deleted upload is neither accepted nor rejected
+    assert recorded_run.REMOVED_KEY not in {r.key for r in facts.rejected}
     assert "| **total** |  | 98 | 30 | 69.4 |" in text
 
 
@@ -124,7 +140,7 @@ def test_summary_has_exactly_the_issue_keys(facts):
     assert document["gate"] == {"passed": True, "reason": "challenger top-1 0.950 >= champion 0.900 + 0.010"}
     assert document["training"]["spot_savings_pct"] == 69.4
     assert document["rules"][1] == {"rule": "CPUBottleneck", "status": "IssuesFound"}
-    assert {"key", "reason"} == set(document["rejected"][0])
+    assert {"key", "problem", "reason"} == set(document["rejected"][0])
 
 
 def test_report_includes_the_utilisation_heatmap_of_the_profiled_job(report):
