@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,15 +45,21 @@ def run_to_the_end(
     start: int = 0,
     overrides: dict[str, str] | None = None,
     keep_state: bool = False,
+    uploads: dict[str, bytes] | None = None,
+    before_upload: Callable[[EmbeddedStack, dict[str, str]], None] | None = None,
 ) -> Iterator[Finished]:
-    """Upload digits [start, start + count), wait for a run the state directory did not hold before to
-    end; the stack stops when the block ends, whatever happened. When the block passes, the state
-    directory (gigabytes of job trees, checkpoints and snapshots) is removed unless `keep_state`; a
-    failed test keeps it for its post-mortem."""
-    files = demo_data.write_digits(images, limit=count, start=start).files
+    """Upload digits [start, start + count) (or `uploads`: <label>/<file> -> bytes, of which `count`
+    are good images), wait for a run the state directory did not hold before to end; the stack stops
+    when the block ends, whatever happened. When the block passes, the state directory (gigabytes of job
+    trees, checkpoints and snapshots) is removed unless `keep_state`; a failed test keeps it for its
+    post-mortem."""
+    if uploads is None:
+        files = demo_data.write_digits(images, limit=count, start=start).files
+        uploads = {f"{p.parent.name}/{p.name}": p.read_bytes() for p in files}
+        count = len(files)
     # A few hundred images for a few epochs train a weak model: the quality bar is the gate's own tests'
     # subject, here the path through the gate to the registry is.
-    parameters = {**DEMO_PARAMETERS, "MinNewImages": str(len(files)), "MinAccuracy": "0.0"}
+    parameters = {**DEMO_PARAMETERS, "MinNewImages": str(count), "MinAccuracy": "0.0"}
     parameters.update(overrides or {})
     with EmbeddedStack(
         state_dir, parameter_overrides=parameters, faults=faults, spot=SpotSchedule(interruptions=1)
@@ -62,10 +68,13 @@ def run_to_the_end(
         s3, dynamodb = stack.client("s3"), stack.client("dynamodb")
         table = outputs[names.STACK_OUTPUTS["runs_table"]]
         earlier = {r["run_id"] for r in runs.list_runs(table_name=table, dataset=DATASET, client=dynamodb)}
+        if before_upload is not None:
+            before_upload(stack, outputs)
         started = time.monotonic()
-        for path in files:  # the only call: the rest is the stack's own event path
-            key = names.upload_key(DATASET, path.parent.name, path.name)
-            s3.put_object(Bucket=outputs[names.STACK_OUTPUTS["data_bucket"]], Key=key, Body=path.read_bytes())
+        for relative, body in uploads.items():  # the only calls: the rest is the stack's own event path
+            label, filename = relative.split("/")
+            key = names.upload_key(DATASET, label, filename)
+            s3.put_object(Bucket=outputs[names.STACK_OUTPUTS["data_bucket"]], Key=key, Body=body)
         record: runs.RunRecord | None = None
         while time.monotonic() - started < RUN_TIMEOUT_SECONDS:
             found = [
