@@ -79,6 +79,7 @@ bench: setup
 	$(BIN)/python bench/loader.py --append BENCHMARKS.md
 	$(BIN)/python bench/snapshot.py --append BENCHMARKS.md
 	$(BIN)/python bench/gatekeeper.py --append BENCHMARKS.md
+	$(BIN)/python bench/ingest.py --append BENCHMARKS.md
 
 image:
 	docker build -t retrain-training:latest training_image
