@@ -396,9 +396,13 @@ def test_ingest_writes_the_ledger_through_the_batch_callback_and_queries_pending
     # WHEN its calls are extracted
     calls = handler_calls(FUNCTIONS, "controller.ingest.handler")
 
-    # THEN the ledger row is written from record_handler
-    (put,) = _find(calls, "dynamodb", "PutItem", TableName=Env("LEDGER_TABLE"))
-    assert "controller.ingest.Ingestor.record_handler" in put.chain
+    # THEN the ledger row and the claim on its bytes are written from record_handler
+    puts = _find(calls, "dynamodb", "PutItem", TableName=Env("LEDGER_TABLE"))
+    assert {p.chain[-1] for p in puts} == {"controller.ledger.record", "controller.ledger.claim_content"}
+    assert all("controller.ingest.Ingestor.record_handler" in p.chain for p in puts)
+    # AND the upload's head and tail are read from the data bucket
+    reads = _find(calls, "s3", "GetObject", Bucket=Env("DATA_BUCKET"))
+    assert len(reads) == 2 and all(r.chain[-1] == "controller.content._read" for r in reads)
     # AND the data set row is updated, and the pending index paginated (the dispatch after ingest)
     assert _find(calls, "dynamodb", "UpdateItem", TableName=Env("DATASETS_TABLE"))
     assert _find(

@@ -173,6 +173,7 @@ def test_a_burst_of_ten_thousand_uploads_makes_ten_thousand_rows_and_one_run(aws
     bodies = []
     for i in range(10_000):
         template["detail"]["object"]["key"] = f"data/flowers/label{i % 5}/img{i:05d}.jpg"
+        template["detail"]["object"]["etag"] = f"{i:032x}"  # distinct bytes
         template["time"] = f"2026-01-01T10:00:{i % 60:02d}Z"
         bodies.append(json.dumps(template))
     # WHEN they are ingested (in large batches, straight through the handler function), and the
