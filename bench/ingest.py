@@ -45,6 +45,7 @@ os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")
 from controller import ingest, names  # noqa: E402
 from controller.config import Config  # noqa: E402
 from controller.observability import metrics  # noqa: E402
+from retrain.dev import tables  # noqa: E402
 
 REGION, BUCKET, TABLE, DATASETS = "us-east-1", "bench-data", "bench-ledger", "bench-datasets"
 BATCH = 10
@@ -87,34 +88,7 @@ def create(endpoint: str) -> tuple[Any, Any]:
                               "aws_secret_access_key": "bench"}  # fmt: skip
     s3, ddb = boto3.client("s3", **kwargs), boto3.client("dynamodb", **kwargs)
     s3.create_bucket(Bucket=BUCKET)
-    ddb.create_table(
-        TableName=TABLE,
-        BillingMode="PAY_PER_REQUEST",
-        AttributeDefinitions=[
-            {"AttributeName": a, "AttributeType": "S"}
-            for a in (names.LEDGER_PK, names.LEDGER_SK, names.LEDGER_PENDING_PK, names.LEDGER_PENDING_SK)
-        ],
-        KeySchema=[
-            {"AttributeName": names.LEDGER_PK, "KeyType": "HASH"},
-            {"AttributeName": names.LEDGER_SK, "KeyType": "RANGE"},
-        ],
-        GlobalSecondaryIndexes=[
-            {
-                "IndexName": names.LEDGER_PENDING_INDEX,
-                "KeySchema": [
-                    {"AttributeName": names.LEDGER_PENDING_PK, "KeyType": "HASH"},
-                    {"AttributeName": names.LEDGER_PENDING_SK, "KeyType": "RANGE"},
-                ],
-                "Projection": {"ProjectionType": "KEYS_ONLY"},
-            }
-        ],
-    )
-    ddb.create_table(  # each batch adds its accepted count to the data set's row
-        TableName=DATASETS,
-        BillingMode="PAY_PER_REQUEST",
-        AttributeDefinitions=[{"AttributeName": names.DATASETS_PK, "AttributeType": "S"}],
-        KeySchema=[{"AttributeName": names.DATASETS_PK, "KeyType": "HASH"}],
-    )
+    tables.create_tables(ddb, ledger=TABLE, datasets=DATASETS)
     return s3, ddb
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import boto3
 from moto import mock_aws
 
-from controller import names
+from retrain.dev import tables
 
 
 @dataclass
@@ -31,48 +31,7 @@ class Aws:
 
 
 def create_tables(dynamodb: Any, aws: Aws) -> None:
-    dynamodb.create_table(
-        TableName=aws.ledger_table,
-        BillingMode="PAY_PER_REQUEST",
-        AttributeDefinitions=[
-            {"AttributeName": names.LEDGER_PK, "AttributeType": "S"},
-            {"AttributeName": names.LEDGER_SK, "AttributeType": "S"},
-            {"AttributeName": names.LEDGER_PENDING_PK, "AttributeType": "S"},
-            {"AttributeName": names.LEDGER_PENDING_SK, "AttributeType": "S"},
-        ],
-        KeySchema=[
-            {"AttributeName": names.LEDGER_PK, "KeyType": "HASH"},
-            {"AttributeName": names.LEDGER_SK, "KeyType": "RANGE"},
-        ],
-        GlobalSecondaryIndexes=[
-            {
-                "IndexName": names.LEDGER_PENDING_INDEX,
-                "KeySchema": [
-                    {"AttributeName": names.LEDGER_PENDING_PK, "KeyType": "HASH"},
-                    {"AttributeName": names.LEDGER_PENDING_SK, "KeyType": "RANGE"},
-                ],
-                "Projection": {"ProjectionType": "KEYS_ONLY"},
-            }
-        ],
-    )
-    dynamodb.create_table(
-        TableName=aws.runs_table,
-        BillingMode="PAY_PER_REQUEST",
-        AttributeDefinitions=[
-            {"AttributeName": names.RUNS_PK, "AttributeType": "S"},
-            {"AttributeName": names.RUNS_SK, "AttributeType": "S"},
-        ],
-        KeySchema=[
-            {"AttributeName": names.RUNS_PK, "KeyType": "HASH"},
-            {"AttributeName": names.RUNS_SK, "KeyType": "RANGE"},
-        ],
-    )
-    dynamodb.create_table(
-        TableName=aws.datasets_table,
-        BillingMode="PAY_PER_REQUEST",
-        AttributeDefinitions=[{"AttributeName": names.DATASETS_PK, "AttributeType": "S"}],
-        KeySchema=[{"AttributeName": names.DATASETS_PK, "KeyType": "HASH"}],
-    )
+    tables.create_tables(dynamodb, ledger=aws.ledger_table, runs=aws.runs_table, datasets=aws.datasets_table)
 
 
 def moto_aws(config: dict[str, Any] | None = None) -> Iterator[Aws]:
