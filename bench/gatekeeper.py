@@ -14,7 +14,6 @@ import argparse
 import itertools
 import logging
 import os
-import platform
 import socket
 import statistics
 import sys
@@ -29,6 +28,7 @@ from moto.server import ThreadedMotoServer
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import results  # noqa: E402
 from retrain.embedded.iam.evaluator import Policy, PolicyEvaluator  # noqa: E402
 from retrain.embedded.iam.gatekeeper import Gatekeeper  # noqa: E402
 from retrain.embedded.iam.principals import Principals  # noqa: E402
@@ -146,8 +146,7 @@ def main() -> int:
         evaluator.close()
 
     base = statistics.median(samples["moto, ungated"])
-    command = "`.venv/bin/python bench/gatekeeper.py " + " ".join(sys.argv[1:]) + "`"
-    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    when = results.when()
     rows = [
         f"| {name} | {statistics.median(times):.2f} | {statistics.median(times) / base:.2f}x |"
         for name, times in samples.items()
@@ -156,8 +155,7 @@ def main() -> int:
         [
             f"## Embedded stack: the gatekeeper's cost per request ({when})",
             "",
-            f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
-            f"1-minute load average {load_before:.1f} before, {load_after:.1f} after. Command: {command}.",
+            results.machine_line(load_before, load_after),
             f"{args.requests} requests a round (DynamoDB GetItem and UpdateItem, S3 PutObject and GetObject, "
             f"in turn) from one client; median of {args.rounds} rounds, the variants interleaved.",
             "",
@@ -167,10 +165,7 @@ def main() -> int:
             "",
         ]
     )
-    print(section)
-    if args.append:
-        with args.append.open("a", encoding="utf-8") as out:
-            out.write("\n" + section)
+    results.publish(section, args.append)
     return 0
 
 

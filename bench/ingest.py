@@ -22,7 +22,6 @@ import io
 import json
 import logging
 import os
-import platform
 import random
 import socket
 import statistics
@@ -37,6 +36,9 @@ from PIL import Image
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "functions"), str(ROOT)]
+
+from bench import results  # noqa: E402
+
 os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "Retrain")
 os.environ.setdefault("POWERTOOLS_SERVICE_NAME", "bench")
 os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "1")
@@ -141,8 +143,7 @@ def main() -> int:
         server.stop()
 
     base = statistics.median(samples["before: key and ledger row"])
-    command = "`.venv/bin/python bench/ingest.py " + " ".join(sys.argv[1:]) + "`"
-    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    when = results.when()
     table = [
         f"| {name} | {statistics.median(rates):.0f} | {statistics.median(rates) / base:.2f}x |"
         for name, rates in samples.items()
@@ -151,8 +152,7 @@ def main() -> int:
         [
             f"## Ingest throughput before and after the content checks ({when})",
             "",
-            f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
-            f"1-minute load average {load_before:.1f} before, {load_after:.1f} after. Command: {command}.",
+            results.machine_line(load_before, load_after),
             f"{args.uploads} JPEG uploads of {args.side}x{args.side} pixels (median "
             f"{statistics.median(sizes) / 1024:.0f} KiB) in a moto server's S3, ingested in SQS batches of "
             f"{BATCH} over loopback HTTP; median of {args.rounds} rounds, the variants interleaved.",
@@ -163,10 +163,7 @@ def main() -> int:
             "",
         ]
     )
-    print(section)
-    if args.append:
-        with args.append.open("a", encoding="utf-8") as out:
-            out.write("\n" + section)
+    results.publish(section, args.append)
     return 0
 
 

@@ -19,17 +19,19 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import platform
 import shutil
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench import results  # noqa: E402
+
 TEMPLATE = ROOT / "template.yaml"
 REQUIREMENTS = ROOT / "functions" / "requirements.txt"
 PACKAGE_ROOT = ROOT / "build" / "lambda-bench"
@@ -123,13 +125,11 @@ def main() -> int:
         median = statistics.median(samples[module])
         within = "yes" if median <= TARGET_MS else "no"
         rows.append(f"| `{module}` | {median:.0f} | {median / baseline:.2f}x | {within} |")
-    command = "`.venv/bin/python bench/lambda_import.py " + " ".join(sys.argv[1:]) + "`"
     section = "\n".join(
         [
-            f"## Lambda cold import ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})",
+            f"## Lambda cold import ({results.when()})",
             "",
-            f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
-            f"1-minute load average {load_before:.1f} before, {load_after:.1f} after. Command: {command}.",
+            results.machine_line(load_before, load_after),
             f"Each figure: median of {args.rounds} fresh interpreters, modules interleaved per round;",
             "the template's Globals environment (Powertools settings, tracing on as deployed) and Lambda's",
             "reserved variables (LAMBDA_TASK_ROOT, ...); on sys.path the handlers and",
@@ -141,10 +141,7 @@ def main() -> int:
             "",
         ]
     )
-    print(section)
-    if args.append:
-        with args.append.open("a", encoding="utf-8") as handle:
-            handle.write("\n" + section)
+    results.publish(section, args.append)
     return 0
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import platform
 import socket
 import statistics
 import sys
@@ -30,6 +29,7 @@ from moto.server import ThreadedMotoServer
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import results  # noqa: E402
 from retrain.embedded import snapshot  # noqa: E402
 
 BUCKET = "bench-artifacts"
@@ -109,14 +109,12 @@ def main() -> int:
         server.stop()
 
     one, many = (statistics.median(samples[t]) for t in samples)
-    command = "`.venv/bin/python bench/snapshot.py " + " ".join(sys.argv[1:]) + "`"
-    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    when = results.when()
     section = "\n".join(
         [
             f"## Embedded stack restart: snapshot restore ({when})",
             "",
-            f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
-            f"1-minute load average {load_before:.1f} before, {load_after:.1f} after. Command: {command}.",
+            results.machine_line(load_before, load_after),
             f"Bucket: {args.checkpoints} checkpoints of {args.checkpoint_mb} MB and {args.images} images of "
             f"2 KB, restored through moto's S3 API; median of {args.rounds} rounds, interleaved.",
             "",
@@ -127,10 +125,7 @@ def main() -> int:
             "",
         ]
     )
-    print(section)
-    if args.append:
-        with args.append.open("a", encoding="utf-8") as out:
-            out.write("\n" + section)
+    results.publish(section, args.append)
     return 0
 
 
