@@ -203,7 +203,8 @@ def prepare(
             "the stack has no SubnetIds or SecurityGroupIds; SageMaker jobs (and FSx) run in a VPC. "
             "Update the stack with both parameters."
         )
-    fixed_hyperparameters = {k: _hp(v) for k, v in (request.overrides.get("hyperparameters") or {}).items()}
+    fixed = request.overrides.get("hyperparameters")  # given: train once with them, no tuning
+    fixed_hyperparameters = {k: _hp(v) for k, v in (fixed or {}).items()}
     policy = balance_policy(settings, fixed_hyperparameters)
     summary = freeze_manifest(dataset, run_id, config=config, dynamodb=dynamodb, s3=s3, policy=policy)
     jobs = job_names(dataset, execution_arn)
@@ -247,8 +248,7 @@ def prepare(
         container.HP_CHECKPOINT_EVERY: str(settings.get("checkpoint_every_steps", 50)),
         container.HP_CROP_SCALE_MIN: str(settings.get("crop_scale_min", 0.08)),
     }
-    fixed = request.overrides.get("hyperparameters")
-    hyperparameters = {**static, **{k: _hp(v) for k, v in (fixed or {}).items()}}
+    hyperparameters = {**static, **fixed_hyperparameters}
     champion = state.get("champion") or {}
     parent = state.get("last_tuning_job")
 
