@@ -60,19 +60,25 @@ def test_a_bad_upload_is_refused_with_what_to_do(aws: Aws, key: str, body: bytes
     assert aws.s3.get_object(Bucket=aws.data_bucket, Key=key)["Body"].read() == body
 
 
-def test_only_the_head_and_the_tail_are_read(aws: Aws) -> None:
-    # GIVEN a 5 MB image (most of it pixel data) and S3 calls counted by the bytes they return
-    body = images.noisy_jpeg(1600, 1200)
-    assert len(body) > 2_000_000
-    aws.s3.put_object(Bucket=aws.data_bucket, Key="data/pets/cat/big.jpg", Body=body)
+def _checked_reading(aws: Aws, key: str, body: bytes) -> tuple[str | None, list[int]]:
+    """Upload `body`, check it, and return the reason with the bytes each GetObject returned."""
+    aws.s3.put_object(Bucket=aws.data_bucket, Key=key, Body=body)
     read: list[int] = []
     aws.s3.meta.events.register(
         "after-call.s3.GetObject", lambda parsed, **_: read.append(int(parsed["ContentLength"]))
     )
-    # WHEN it is checked
     reason = content.check_object(
-        aws.data_bucket, "data/pets/cat/big.jpg", version_id="", size=len(body), limits=LIMITS, s3=aws.s3
+        aws.data_bucket, key, version_id="", size=len(body), limits=LIMITS, s3=aws.s3
     )
+    return reason, read
+
+
+def test_only_the_head_and_the_tail_are_read(aws: Aws) -> None:
+    # GIVEN a 5 MB image (most of it pixel data) and S3 calls counted by the bytes they return
+    body = images.noisy_jpeg(1600, 1200)
+    assert len(body) > 2_000_000
+    # WHEN it is checked
+    reason, read = _checked_reading(aws, "data/pets/cat/big.jpg", body)
     # THEN two ranged reads brought 64 KiB and 1 KiB, not the file
     assert reason is None
     assert read == [content.HEAD_BYTES, content.TAIL_BYTES]
@@ -82,14 +88,7 @@ def test_the_head_grows_until_a_long_header_fits(aws: Aws) -> None:
     # a camera JPEG whose APP segments fill the first 64 KiB: a larger read (here the whole 150 KB file,
     # so its tail too) finds the frame header
     body = images.jpeg_with_big_exif(exif_bytes=150_000)
-    aws.s3.put_object(Bucket=aws.data_bucket, Key="data/pets/cat/cam.jpg", Body=body)
-    read: list[int] = []
-    aws.s3.meta.events.register(
-        "after-call.s3.GetObject", lambda parsed, **_: read.append(int(parsed["ContentLength"]))
-    )
-    reason = content.check_object(
-        aws.data_bucket, "data/pets/cat/cam.jpg", version_id="", size=len(body), limits=LIMITS, s3=aws.s3
-    )
+    reason, read = _checked_reading(aws, "data/pets/cat/cam.jpg", body)
     assert reason is None
     assert read == [content.HEAD_BYTES, len(body)]
 
