@@ -31,20 +31,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "training_image"))
 
-import checkpoints  # noqa: E402
-import engine  # noqa: E402
-import loaders  # noqa: E402
-import models  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-import train  # noqa: E402
 from PIL import Image  # noqa: E402
 
-import contract  # noqa: E402
+from retrain_contract import container as contract  # noqa: E402
+from retrain_training import (  # noqa: E402
+    checkpoints,
+    engine,
+    loaders,
+    models,
+    train,
+)
 
-DEFAULT_INTERVAL = int(
-    next(h.default for h in contract.HYPERPARAMETERS if h.name == "checkpoint-every-steps")
-)  # type: ignore[call-overload]
+DEFAULT_INTERVAL = int(str(contract.HYPERPARAMETER_DEFAULTS[contract.HP_CHECKPOINT_EVERY]))
 NUM_CLASSES = 10
 
 
@@ -142,7 +142,7 @@ def seconds_to_first_step(base: Path, data: Path, epochs: int) -> float:
     }
     command = [
         sys.executable,
-        str(ROOT / "training_image" / "train.py"),
+        str(ROOT / "training_image" / contract.PROGRAM),
         "--model",
         "resnet18",
         "--epochs",

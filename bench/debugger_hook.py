@@ -28,13 +28,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "training_image"))
 
-import debugger  # noqa: E402
-import models  # noqa: E402
-import profiler  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-import contract  # noqa: E402
+from retrain_contract import container as contract  # noqa: E402
+from retrain_training import (  # noqa: E402
+    debugger,
+    models,
+    profiler,
+)
 
 VARIANTS = ("baseline", "hook-default-interval", "hook-smdebug-registration", "hook-every-step", "profiler")
 

@@ -33,12 +33,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "training_image"))
 
-import data  # noqa: E402
-import loaders  # noqa: E402
-import models  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from PIL import Image  # noqa: E402
+
+from retrain_training import (  # noqa: E402
+    data,
+    loaders,
+    models,
+)
 
 ARCH = "resnet18"
 NUM_LABELS = 10

@@ -12,9 +12,9 @@ from pathlib import Path
 TRAINING_IMAGE_DIR = Path(__file__).resolve().parent.parent / "training_image"
 
 try:
-    import contract
+    from retrain_contract import container as contract
 except ModuleNotFoundError:
     sys.path.insert(0, str(TRAINING_IMAGE_DIR))
-    import contract
+    from retrain_contract import container as contract
 
 __all__ = ["TRAINING_IMAGE_DIR", "contract"]

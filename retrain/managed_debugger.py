@@ -15,12 +15,14 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any, TypedDict
 
+from retrain_contract import container
+
 TENSOR_RULES = ("VanishingGradient", "ExplodingTensor", "LossNotDecreasing", "Overfit")
 PROFILER_RULES = ("CPUBottleneck", "LowGPUUtilization", "StepOutlier", "IOBottleneck")
 COLLECTIONS = ("losses", "gradients", "weights")  # what training_image/debugger.py saves in open mode
-DEFAULT_SAVE_INTERVAL = 50  # the contract's debug-interval default
-DEFAULT_PROFILING_INTERVAL_MS = 500  # the contract's profile-interval-ms default
-LOCAL_TENSORS_PATH = "/opt/ml/output/tensors"  # smdebug's default LocalPath on SageMaker
+DEFAULT_SAVE_INTERVAL = int(str(container.HYPERPARAMETER_DEFAULTS[container.HP_DEBUG_INTERVAL]))
+DEFAULT_PROFILING_INTERVAL_MS = int(str(container.HYPERPARAMETER_DEFAULTS[container.HP_PROFILE_INTERVAL_MS]))
+LOCAL_TENSORS_PATH = container.DEBUG_HOOK_LOCAL_PATH  # smdebug's default LocalPath on SageMaker
 DEBUGGER_MODES = ("open", "managed", "off")
 
 _TENSOR_RULE_CONFIGS = {

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from controller import container
+from retrain_contract import container
 
 MODES: Final = ("none", "oversample", "cap")
 SMALL_LABELS: Final = ("exclude", "allow")

@@ -13,19 +13,18 @@ from typing import TYPE_CHECKING, Any
 import boto3
 from botocore.exceptions import ClientError
 
-from controller import container, names, runs
+from controller import names, runs
 from controller.config import Config, get_config
 from controller.observability import logger, metrics, tracer
 from controller.runs import serialize
 from controller.s3io import read_json
+from retrain_contract import container
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_sagemaker import SageMakerClient
-
-PROCESSING = "/opt/ml/processing"
 
 
 def job_name(training_job: str, step: int) -> str:
@@ -85,40 +84,31 @@ def processing_request(
         "RoleArn": config.sagemaker_role_arn,
         "AppSpecification": {
             "ImageUri": str(settings.get("training_image", "")),
-            "ContainerEntrypoint": ["python3", f"/opt/ml/code/{container.EVALUATE_PROGRAM}"],
-            "ContainerArguments": [
-                "--model",
-                f"{PROCESSING}/input/model/{checkpoint_uri.rsplit('/', 1)[-1]}",
-                "--data",
-                f"{PROCESSING}/input/data/{container.CHANNEL_TRAIN}",
-                "--manifest",
-                f"{PROCESSING}/input/data/{container.CHANNEL_MANIFEST}/{container.MANIFEST_FILE}",
-                "--split",
-                "validation",
-                "--output",
-                f"{PROCESSING}/output",
-            ],
+            "ContainerEntrypoint": container.entrypoint(container.EVALUATE_PROGRAM),
+            "ContainerArguments": container.evaluation_arguments(
+                f"{container.EVALUATION_MODEL_DIR}/{checkpoint_uri.rsplit('/', 1)[-1]}"
+            ),
         },
         "ProcessingInputs": [
-            s3_input("model", checkpoint_uri, f"{PROCESSING}/input/model"),
+            s3_input(container.EVALUATION_INPUT_MODEL, checkpoint_uri, container.EVALUATION_MODEL_DIR),
             s3_input(
                 container.CHANNEL_TRAIN,
                 f"s3://{config.data_bucket}/{names.dataset_prefix(dataset)}",
-                f"{PROCESSING}/input/data/{container.CHANNEL_TRAIN}",
+                container.EVALUATION_DATA_DIR,
             ),
             s3_input(
                 container.CHANNEL_MANIFEST,
                 artifact + names.manifest_prefix(dataset, run_id),
-                f"{PROCESSING}/input/data/{container.CHANNEL_MANIFEST}",
+                container.EVALUATION_MANIFEST_DIR,
             ),
         ],
         "ProcessingOutputConfig": {
             "Outputs": [
                 {
-                    "OutputName": "evaluation",
+                    "OutputName": container.EVALUATION_OUTPUT,
                     "S3Output": {
                         "S3Uri": artifact + names.checkpoint_eval_prefix(dataset, run_id, training_job, step),
-                        "LocalPath": f"{PROCESSING}/output",
+                        "LocalPath": container.PROCESSING_OUTPUT_DIR,
                         "S3UploadMode": "EndOfJob",
                     },
                 }

@@ -8,11 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 
-from controller import container, names, runs
+from controller import names, runs
 from controller.config import Config, get_config
 from controller.errors import RuleEvaluationsInProgressError
 from controller.observability import logger, tracer
 from controller.s3io import read_json
+from retrain_contract import container
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext

@@ -11,9 +11,11 @@ import hashlib
 import re
 from typing import Final
 
+from retrain_contract import container
+
 # --- Uploads: s3://<DataBucket>/data/<dataset>/<label>/<image> -------------------------------------
 DATA_PREFIX: Final = "data/"
-IMAGE_EXTENSIONS: Final = (".jpg", ".jpeg", ".png")  # copy of contract.IMAGE_EXTENSIONS (tested)
+IMAGE_EXTENSIONS: Final = container.IMAGE_EXTENSIONS
 NAME_PATTERN: Final = r"[A-Za-z0-9][A-Za-z0-9_-]*"
 DATASET_RE: Final = re.compile(rf"^{NAME_PATTERN}$")
 LABEL_RE: Final = DATASET_RE

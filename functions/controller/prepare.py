@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 
-from controller import balance, container, datasets, ledger, names, runs
+from controller import balance, datasets, ledger, names, runs
 from controller.config import Config, get_config
 from controller.errors import ConfigurationError, DatasetBusyError, InvalidRunInputError, NotEnoughDataError
 from controller.observability import logger, tracer
 from controller.run_request import parse_request
+from retrain_contract import container
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -61,6 +62,27 @@ def optimizers(settings: dict[str, Any]) -> list[str]:
     return chosen
 
 
+def parameter_ranges(settings: dict[str, Any]) -> dict[str, Any]:
+    """Tuning's ParameterRanges over the contract's tuned hyperparameters (stack parameters or overrides)."""
+
+    def log_range(name: str, low: str, high: str) -> dict[str, str]:
+        return {"Name": name, "MinValue": low, "MaxValue": high, "ScalingType": "Logarithmic"}
+
+    return {
+        "ContinuousParameterRanges": [
+            log_range(
+                container.HP_LR, str(settings.get("lr_min", "0.0001")), str(settings.get("lr_max", "0.1"))
+            ),
+            log_range(
+                container.HP_WEIGHT_DECAY,
+                str(settings.get("weight_decay_min", "0.00001")),
+                str(settings.get("weight_decay_max", "0.001")),
+            ),
+        ],
+        "CategoricalParameterRanges": [{"Name": container.HP_OPTIMIZER, "Values": optimizers(settings)}],
+    }
+
+
 def balance_policy(settings: dict[str, Any], hyperparameters: dict[str, str]) -> balance.Policy:
     """The run's manifest policy from the stack's parameters (RUN_SETTINGS) and the request's overrides."""
     return balance.Policy(
@@ -69,7 +91,7 @@ def balance_policy(settings: dict[str, Any], hyperparameters: dict[str, str]) ->
         cap=int(settings.get("class_balance_cap", 1000)),
         min_images=int(settings.get("min_images_per_label", 1)),
         small_labels=str(settings.get("small_labels", "exclude")),
-        val_fraction=float(hyperparameters.get("val-fraction", container.VAL_FRACTION_DEFAULT)),
+        val_fraction=float(hyperparameters.get(container.HP_VAL_FRACTION, container.VAL_FRACTION_DEFAULT)),
     )
 
 
@@ -287,13 +309,10 @@ def prepare(
         "tuning_strategy": str(settings.get("tuning_strategy", "Bayesian")),
         "max_jobs": int(settings.get("max_jobs", 4)),
         "parallel_jobs": int(settings.get("parallel_jobs", 1)),
-        "ranges": {
-            "lr_min": str(settings.get("lr_min", "0.0001")),
-            "lr_max": str(settings.get("lr_max", "0.1")),
-            "weight_decay_min": str(settings.get("weight_decay_min", "0.00001")),
-            "weight_decay_max": str(settings.get("weight_decay_max", "0.001")),
-            "optimizers": optimizers(settings),
-        },
+        "parameter_ranges": parameter_ranges(settings),
+        "container": container.state_machine_spec(
+            system_rule_patience=int(settings.get("system_rule_patience", 1000))
+        ),
         "static_hyperparameters": static,
         "hyperparameters": hyperparameters,
         "fixed_hyperparameters": fixed is not None,
@@ -305,6 +324,7 @@ def prepare(
         "champion_model_data": str(champion.get("model_data", "")),
         "champion_model_package_arn": str(champion.get("model_package_arn", "")),
         "vpc": vpc,
+        "tags": [{"Key": names.TAG_DATASET, "Value": dataset}, {"Key": names.TAG_RUN_ID, "Value": run_id}],
     }
     runs.update_run(
         dataset,

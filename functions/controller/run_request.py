@@ -23,8 +23,9 @@ from typing import Any, Final
 
 from aws_lambda_powertools.utilities.validation import SchemaValidationError, validate
 
-from controller import balance, container, names
+from controller import balance, names
 from controller.errors import InvalidRunInputError
+from retrain_contract import container
 
 TRIGGERS: Final = ("schedule", "upload", "manual")
 MODELS: Final = ("resnet18", "resnet34", "resnet50")

@@ -38,10 +38,8 @@ RULE_FINDS_ISSUES_DELAY_MS: Final = 1000
 # steps, so a run with a planted loader delay lowers the stack's SystemRulePatience to let them conclude.
 RULE_FINDS_ISSUES_PATIENCE: Final = 5
 PATIENCE_PARAMETER: Final = "SystemRulePatience"
-WORKERS_HYPERPARAMETER: Final = next(h.name for h in contract.HYPERPARAMETERS if h.name == "num-workers")
-LOADER_DELAY_HYPERPARAMETER: Final = next(
-    h.name for h in contract.HYPERPARAMETERS if h.name == "inject-loader-delay-ms"
-)
+WORKERS_HYPERPARAMETER: Final = contract.HP_NUM_WORKERS
+LOADER_DELAY_HYPERPARAMETER: Final = contract.HP_INJECT_LOADER_DELAY_MS
 
 
 class FaultSpecError(ValueError):

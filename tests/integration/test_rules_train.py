@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import contract
-import rules
+from retrain_contract import container as contract
+from retrain_training import rules
 
 pytestmark = [pytest.mark.slow]
 

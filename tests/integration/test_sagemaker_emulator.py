@@ -22,8 +22,8 @@ from botocore.exceptions import ClientError
 from moto.server import ThreadedMotoServer
 from PIL import Image
 
-import contract
 from retrain.embedded.sagemaker import INTERRUPTIONS_FIELD, SageMakerEmulator, SpotSchedule, api_installed
+from retrain_contract import container as contract
 from tests.unit.embedded.sagemaker.conftest import training_done
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]

@@ -8,13 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import models
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
-import contract
+from retrain_contract import container as contract
+from retrain_training import models
 
 pytestmark = [pytest.mark.slow]
 

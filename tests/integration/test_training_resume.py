@@ -18,7 +18,7 @@ import pytest
 import torch
 from PIL import Image
 
-import contract
+from retrain_contract import container as contract
 
 pytestmark = [pytest.mark.slow]
 

@@ -15,12 +15,13 @@ from typing import Any
 
 import pytest
 
-from controller import container, names
+from controller import names
 from retrain import demo_data, job_logs, local
 from retrain.collect import collect
 from retrain.embedded.faults import Faults
 from retrain.embedded.stack import EmbeddedStack
 from retrain.report.build import write_report
+from retrain_contract import container
 from tests.integration.embedded.flow import DATASET, run_to_the_end
 from tests.unit.functions import images
 

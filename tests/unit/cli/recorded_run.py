@@ -10,8 +10,8 @@ from typing import Any
 
 import boto3
 
-import contract
 from controller import names, runs
+from retrain_contract import container as contract
 
 DATASET = "digits"
 RUN_ID = "r1"
@@ -153,7 +153,7 @@ def _output_tarball() -> bytes:
     import tempfile
     from pathlib import Path
 
-    from profiler import SystemProfiler
+    from retrain_training.profiler import SystemProfiler
 
     buffer = io.BytesIO()
     with tempfile.TemporaryDirectory() as work:

@@ -4,8 +4,8 @@ import time
 
 import boto3
 
-import contract
 from retrain.job_logs import TRAINING_LOG_GROUP, job_curves, parse_metric_lines
+from retrain_contract import container as contract
 
 
 def test_metric_lines_are_parsed_with_the_contract_regexes():

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from torch import nn
 
-import contract
+from retrain_contract import container as contract
 from tests.unit.debugger.loops import train_with_hook
 
 

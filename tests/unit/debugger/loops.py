@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import debugger
 import torch
 from torch import nn
 
-import contract
+from retrain_contract import container as contract
+from retrain_training import debugger
 
 
 def paths_under(base: Path) -> contract.Paths:

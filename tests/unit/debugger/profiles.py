@@ -7,7 +7,7 @@ import json
 import time
 from pathlib import Path
 
-import profiler
+from retrain_training import profiler
 
 
 def profiled_loop(

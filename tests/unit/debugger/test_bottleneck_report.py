@@ -2,10 +2,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import bottleneck_report
-import profiler
 import pytest
 
+from retrain_training import bottleneck_report, profiler
 from tests.unit.debugger.profiles import profiled_loop, write_gpu_profile
 
 

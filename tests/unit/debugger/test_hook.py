@@ -3,12 +3,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import debugger
 import pytest
 from smdebug import modes
 from smdebug.trials import create_trial
 from torch import nn
 
+from retrain_training import debugger
 from tests.unit.debugger.loops import hook_args, paths_under, train_with_hook
 
 

@@ -10,6 +10,7 @@ import yaml
 
 from retrain import managed_debugger
 from retrain.embedded import provision
+from retrain_contract import container
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -46,7 +47,7 @@ def test_configs_name_every_mirrored_rule_with_the_regions_evaluator_image() -> 
 
 
 def test_profiler_rule_parameters_are_the_defaults_our_open_rules_use() -> None:
-    import rules.system
+    from retrain_training.rules import system as system_rules
 
     # GIVEN the managed CPUBottleneck parameters WHEN compared with our rule's defaults
     (cpu,) = [
@@ -56,7 +57,7 @@ def test_profiler_rule_parameters_are_the_defaults_our_open_rules_use() -> None:
     ]
     import inspect
 
-    ours = inspect.signature(rules.system.CPUBottleneck).parameters
+    ours = inspect.signature(system_rules.CPUBottleneck).parameters
     # THEN every managed parameter has the same default in ours
     for name, value in cpu["RuleParameters"].items():
         if name != "rule_to_invoke":
@@ -143,5 +144,10 @@ def test_the_state_machines_managed_rules_match_the_configs() -> None:
     for key in ("DebugHookConfig", "ProfilerConfig"):
         # S3OutputPath is per run: the state machine fills it from the run (S3OutputPath.$)
         theirs_config = {k: v for k, v in found[key].items() if k != "S3OutputPath.$"}
+        if "LocalPath.$" in theirs_config:  # the contract's path, from the run (no copy in the ASL)
+            assert theirs_config.pop("LocalPath.$") == "$.run.container.debug_hook_local_path"
+            theirs_config["LocalPath"] = container.state_machine_spec(system_rule_patience=1)[
+                "debug_hook_local_path"
+            ]
         assert theirs_config == expected[key], key  # type: ignore[literal-required]
         assert "S3OutputPath.$" in found[key], key

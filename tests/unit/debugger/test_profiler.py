@@ -3,8 +3,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import profiler
 import pytest
+
+from retrain_training import profiler
 
 
 def test_profiler_writes_system_samples_and_step_timings(tmp_path: Path) -> None:

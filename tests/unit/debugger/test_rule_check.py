@@ -5,10 +5,9 @@ import tarfile
 from pathlib import Path
 
 import pytest
-import rule_check
 
-import contract
-import rules
+from retrain_contract import container as contract
+from retrain_training import rule_check, rules
 from tests.unit.debugger.profiles import profiled_loop
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from smdebug_rulesconfig.profiler_rules import rules as managed
 
-import rules
-from rules.system import SYSTEM_RULES
+from retrain_training import rules
+from retrain_training.rules.system import SYSTEM_RULES
 from tests.unit.debugger.profiles import profiled_loop, write_gpu_profile
 
 SYSTEM_RULE_NAMES = tuple(SYSTEM_RULES)

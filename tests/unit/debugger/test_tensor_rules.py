@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 from smdebug.trials import create_trial
 
-import contract
-import rules
-from rules.tensors import TENSOR_RULES
+from retrain_contract import container as contract
+from retrain_training import rules
+from retrain_training.rules.tensors import TENSOR_RULES
 from tests.unit.debugger.loops import train_with_hook
 
 TENSOR_RULE_NAMES = tuple(TENSOR_RULES)

@@ -6,7 +6,8 @@ from collections import Counter
 
 import pytest
 
-from controller import balance, container
+from controller import balance
+from retrain_contract import container
 
 
 def _entries(**per_label: int) -> list[tuple[str, str]]:

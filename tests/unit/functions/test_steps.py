@@ -9,7 +9,6 @@ import pytest
 
 from controller import (
     checkpoint_eval,
-    container,
     datasets,
     gate,
     ledger,
@@ -21,6 +20,7 @@ from controller import (
     runs,
 )
 from controller.errors import DatasetBusyError, ImportFailedError, InvalidRunInputError, NotEnoughDataError
+from retrain_contract import container
 from tests.unit.functions.support import object_created, sqs_event
 
 
@@ -395,7 +395,9 @@ def test_the_tuning_job_chooses_among_the_stacks_optimizers_or_the_requests(
         aws, dataclasses.replace(config, settings=settings), {"dataset": "flowers", "overrides": overrides}
     )
     # THEN the categorical range the state machine hands to the tuning job holds those
-    assert run["ranges"]["optimizers"] == expected
+    assert run["parameter_ranges"]["CategoricalParameterRanges"] == [
+        {"Name": "optimizer", "Values": expected}
+    ]
 
 
 def test_prepare_refuses_an_optimizer_the_container_does_not_have(aws, config, events_dir):

@@ -154,7 +154,8 @@ def test_run_settings_render_as_json_from_the_parameter_defaults(template):
 
 
 def test_the_optimizers_parameter_admits_the_containers_optimizers_only(template):
-    from controller import container, prepare
+    from controller import prepare
+    from retrain_contract import container
 
     parameter = template["Parameters"]["Optimizers"]
     pattern = re.compile(parameter["AllowedPattern"])

@@ -5,12 +5,12 @@ import random
 import signal
 from pathlib import Path
 
-import checkpoints
 import numpy as np
 import pytest
 import torch
 
-import contract
+from retrain_contract import container as contract
+from retrain_training import checkpoints
 
 
 def state(step: int) -> dict[str, object]:

@@ -10,12 +10,11 @@ import pytest
 
 pytest.importorskip("nvidia.dali")
 
-import dali_loader
-import data
-import loaders
 import numpy as np
 import torch
 from PIL import Image
+
+from retrain_training import dali_loader, data, loaders
 
 CPU = torch.device("cpu")
 

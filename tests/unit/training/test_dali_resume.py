@@ -14,7 +14,7 @@ import pytest
 import torch
 from PIL import Image
 
-import contract
+from retrain_contract import container as contract
 
 pytest.importorskip("nvidia.dali")
 pytestmark = [pytest.mark.slow]

@@ -3,10 +3,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import data
 import pytest
 
-import contract
+from retrain_contract import container as contract
+from retrain_training import data
 from tests.unit.training.conftest import ImageMaker, write_images
 
 
@@ -19,8 +19,8 @@ def test_folders_give_sorted_labels_and_a_hash_split(tmp_path: Path, make_images
     assert dataset.labels == ["cat", "dog"]
     keys = [s.key for s in dataset.train + dataset.validation]
     assert sorted(keys) == sorted(f"{label}/{i:03d}.jpg" for label in ("cat", "dog") for i in range(10))
-    assert all(data.in_validation(s.key, 0.3) for s in dataset.validation)
-    assert not any(data.in_validation(s.key, 0.3) for s in dataset.train)
+    assert all(contract.in_validation(s.key, 0.3) for s in dataset.validation)
+    assert not any(contract.in_validation(s.key, 0.3) for s in dataset.train)
 
 
 def test_new_uploads_never_move_older_images_between_splits(tmp_path: Path) -> None:
@@ -94,7 +94,7 @@ def test_a_label_without_training_images_fails_with_the_label(
 ) -> None:
     # GIVEN a label whose only image hashes into validation
     make_images(tmp_path, {"cat": 6})
-    lonely = next(f"x{i}.jpg" for i in range(1000) if data.in_validation(f"dog/x{i}.jpg", 0.2))
+    lonely = next(f"x{i}.jpg" for i in range(1000) if contract.in_validation(f"dog/x{i}.jpg", 0.2))
     write_images(tmp_path / "tmp", {"dog": 1})
     (tmp_path / "dog").mkdir()
     (tmp_path / "tmp" / "dog" / "000.jpg").rename(tmp_path / "dog" / lonely)

@@ -2,9 +2,10 @@ from __future__ import annotations
 
 import json
 
-import distributed
 import pytest
 import torch
+
+from retrain_training import distributed
 
 
 def test_torchrun_variables_give_rank_and_world() -> None:

@@ -4,13 +4,12 @@ import math
 import time
 from pathlib import Path
 
-import data
-import loaders
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
+from retrain_training import data, loaders
 from tests.unit.training.conftest import write_images
 
 CPU = torch.device("cpu")

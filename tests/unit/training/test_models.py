@@ -2,9 +2,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import models
 import pytest
 import torch
+
+from retrain_training import models
 
 # A few of torchvision's resnet50 state_dict keys, copied from torchvision.models.resnet50().state_dict().
 TORCHVISION_RESNET50_KEYS = [

@@ -36,7 +36,6 @@ def code_dir(tmp_path: Path) -> Path:
     target.mkdir()
     for program in PROGRAMS.glob("*.py"):
         shutil.copy(program, target / program.name)
-    shutil.copy(REPO / "training_image" / "contract.py", target / "contract.py")
     return target
 
 

@@ -8,13 +8,13 @@ import optuna
 import pytest
 from botocore.exceptions import ClientError
 
-import contract
 from retrain.embedded.sagemaker.logs import MetricTracker, compile_metric_definitions
 from retrain.embedded.sagemaker.processing import rewrite_argument
 from retrain.embedded.sagemaker.s3io import S3Uri
 from retrain.embedded.sagemaker.spot import SpotSchedule
 from retrain.embedded.sagemaker.training import program_name, script_args
 from retrain.embedded.sagemaker.tuning import ParameterSpec, parse_ranges
+from retrain_contract import container as contract
 
 
 def test_script_args_unquote_sdk_json_strings_and_drop_sdk_entries() -> None:

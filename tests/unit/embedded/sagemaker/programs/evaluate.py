@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-import contract
+from retrain_contract import container as contract
 
 
 def main() -> int:

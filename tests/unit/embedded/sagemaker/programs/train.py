@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-import contract
+from retrain_contract import container as contract
 
 STOP = {"requested": False}
 

@@ -1,11 +1,13 @@
 """The SageMaker container contract: every name that crosses the container boundary, defined once.
 
-Tuning (MetricDefinitions, hyperparameter ranges), the state machine, the embedded runtime and the
-CLI all depend on these names; tests compare their copies (JSON, YAML) against this module.
+The training image (`retrain_training`), the Lambdas (as a SAM layer), the state machine (through the
+run input, `state_machine_spec`), the embedded runtime and the CLI import this module; nothing copies it
+(tests/unit/test_one_contract.py fails on a copy).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -13,6 +15,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 # Base directory: /opt/ml on SageMaker, overridable for a plain process (as the training toolkit does).
 BASE_DIR_ENV = "SAGEMAKER_BASE_DIR"
@@ -71,6 +74,13 @@ CHECKPOINT_SUFFIX = ".pt"
 CHECKPOINT_REGEX = r"(?P<job>[^/]+)/(?P<host>[^/]+)/ckpt-(?P<step>\d{9})\.pt$"
 
 
+def in_validation(key: str, fraction: float) -> bool:
+    """The split rule: the first 8 bytes of sha256(path relative to the train channel) as a fraction of
+    2**64; below `fraction` is validation. The control plane freezes it into the manifest's `split`."""
+    digest = hashlib.sha256(key.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < fraction
+
+
 def checkpoint_name(step: int) -> str:
     return f"{CHECKPOINT_PREFIX}{step:09d}{CHECKPOINT_SUFFIX}"
 
@@ -117,38 +127,73 @@ class Hyperparameter:
     default: object
     help: str
     choices: tuple[str, ...] | None = None
+    minimum: int | None = None  # the smallest value the container accepts (numbers only)
 
 
 MODELS = ("resnet18", "resnet34", "resnet50")
 OPTIMIZERS = ("sgd", "adamw")
 LOADERS = ("torch", "dali", "auto")
 
+# Hyperparameter names (script-mode flags).
+HP_MODEL = "model"
+HP_PRETRAINED = "pretrained"
+HP_EPOCHS = "epochs"
+HP_BATCH_SIZE = "batch-size"
+HP_LR = "lr"
+HP_MOMENTUM = "momentum"
+HP_WEIGHT_DECAY = "weight-decay"
+HP_OPTIMIZER = "optimizer"
+HP_IMAGE_SIZE = "image-size"
+HP_AUGMENT_LOAD = "augment-load"
+HP_CROP_SCALE_MIN = "crop-scale-min"
+HP_LOADER = "loader"
+HP_CHECKPOINT_EVERY = "checkpoint-every-steps"
+HP_KEEP_CHECKPOINTS = "keep-checkpoints"
+HP_SEED = "seed"
+HP_NUM_WORKERS = "num-workers"
+HP_FREEZE_BACKBONE_EPOCHS = "freeze-backbone-epochs"
+HP_AMP = "amp"
+HP_VAL_FRACTION = "val-fraction"
+HP_DEBUG_HOOK = "debug-hook"
+HP_DEBUG_INTERVAL = "debug-interval"
+HP_PROFILE_INTERVAL_MS = "profile-interval-ms"
+HP_INJECT_LOADER_DELAY_MS = "inject-loader-delay-ms"
+
 HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
-    Hyperparameter("model", str, "resnet18", "architecture", MODELS),
-    Hyperparameter("pretrained", str, "", "weights file in the pretrained channel; empty: random init"),
-    Hyperparameter("epochs", int, 3, "training epochs"),
-    Hyperparameter("batch-size", int, 32, "global batch size (split across data-parallel ranks)"),
-    Hyperparameter("lr", float, 0.01, "learning rate"),
-    Hyperparameter("momentum", float, 0.9, "SGD momentum"),
-    Hyperparameter("weight-decay", float, 1e-4, "weight decay"),
-    Hyperparameter("optimizer", str, "sgd", "optimizer", OPTIMIZERS),
-    Hyperparameter("image-size", int, 224, "square input size after the random resized crop"),
-    Hyperparameter("augment-load", int, 1, "times the flip/rotate augmentations are repeated"),
-    Hyperparameter("crop-scale-min", float, 0.08, "smallest share of the image a random resized crop keeps"),
-    Hyperparameter("loader", str, "auto", "data loader; auto picks dali when a GPU is present", LOADERS),
-    Hyperparameter("checkpoint-every-steps", int, 50, "steps between checkpoints (0: epoch ends only)"),
-    Hyperparameter("keep-checkpoints", int, 3, "newest checkpoints kept"),
-    Hyperparameter("seed", int, 0, "seed for weights, sample order and augmentations"),
-    Hyperparameter("num-workers", int, 2, "loader worker processes (torch) or threads (dali)"),
-    Hyperparameter("freeze-backbone-epochs", int, 0, "epochs that train only the classifier head"),
-    Hyperparameter("amp", bool, True, "mixed precision (GPU only)"),
-    Hyperparameter("val-fraction", float, 0.2, "share of images hashed into validation"),
-    Hyperparameter("debug-hook", bool, True, "save Debugger tensors"),
-    Hyperparameter("debug-interval", int, 50, "steps between saved Debugger tensors"),
-    Hyperparameter("profile-interval-ms", int, 500, "system profiler sampling interval"),
-    Hyperparameter("inject-loader-delay-ms", int, 0, "fault injection: sleep per batch in the loader"),
+    Hyperparameter(HP_MODEL, str, "resnet18", "architecture", MODELS),
+    Hyperparameter(HP_PRETRAINED, str, "", "weights file in the pretrained channel; empty: random init"),
+    Hyperparameter(HP_EPOCHS, int, 3, "training epochs", minimum=1),
+    Hyperparameter(HP_BATCH_SIZE, int, 32, "global batch size (split across data-parallel ranks)", minimum=1),
+    Hyperparameter(HP_LR, float, 0.01, "learning rate"),
+    Hyperparameter(HP_MOMENTUM, float, 0.9, "SGD momentum"),
+    Hyperparameter(HP_WEIGHT_DECAY, float, 1e-4, "weight decay"),
+    Hyperparameter(HP_OPTIMIZER, str, "sgd", "optimizer", OPTIMIZERS),
+    Hyperparameter(HP_IMAGE_SIZE, int, 224, "square input size after the random resized crop", minimum=1),
+    Hyperparameter(HP_AUGMENT_LOAD, int, 1, "times the flip/rotate augmentations are repeated", minimum=1),
+    Hyperparameter(HP_CROP_SCALE_MIN, float, 0.08, "smallest share of the image a random resized crop keeps"),
+    Hyperparameter(HP_LOADER, str, "auto", "data loader; auto picks dali when a GPU is present", LOADERS),
+    Hyperparameter(HP_CHECKPOINT_EVERY, int, 50, "steps between checkpoints (0: epoch ends only)", minimum=0),
+    Hyperparameter(HP_KEEP_CHECKPOINTS, int, 3, "newest checkpoints kept", minimum=1),
+    Hyperparameter(HP_SEED, int, 0, "seed for weights, sample order and augmentations"),
+    Hyperparameter(HP_NUM_WORKERS, int, 2, "loader worker processes (torch) or threads (dali)", minimum=0),
+    Hyperparameter(
+        HP_FREEZE_BACKBONE_EPOCHS, int, 0, "epochs that train only the classifier head", minimum=0
+    ),
+    Hyperparameter(HP_AMP, bool, True, "mixed precision (GPU only)"),
+    Hyperparameter(HP_VAL_FRACTION, float, 0.2, "share of images hashed into validation"),
+    Hyperparameter(HP_DEBUG_HOOK, bool, True, "save Debugger tensors"),
+    Hyperparameter(HP_DEBUG_INTERVAL, int, 50, "steps between saved Debugger tensors"),
+    Hyperparameter(HP_PROFILE_INTERVAL_MS, int, 500, "system profiler sampling interval"),
+    Hyperparameter(
+        HP_INJECT_LOADER_DELAY_MS, int, 0, "fault injection: sleep per batch in the loader", minimum=0
+    ),
 )
 HYPERPARAMETER_NAMES = tuple(h.name for h in HYPERPARAMETERS)
+HYPERPARAMETER_DEFAULTS = {h.name: h.default for h in HYPERPARAMETERS}
+VAL_FRACTION_DEFAULT = float(HYPERPARAMETER_DEFAULTS[HP_VAL_FRACTION])  # type: ignore[arg-type]
+
+# The hyperparameters the control plane tunes.
+TUNED_HYPERPARAMETERS = (HP_LR, HP_WEIGHT_DECAY, HP_OPTIMIZER)
 
 
 def parse_bool(value: str | bool) -> bool:
@@ -243,3 +288,84 @@ def run_reporting_failure(
         logging.getLogger(__name__).exception("the job failed")
         write_failure(paths, f"{type(error).__name__}: {error}")
         return 1
+
+
+# --- The jobs' layout as the state machine and the Lambdas request it ------------------------------
+CODE_DIR = f"{DEFAULT_BASE_DIR}/code"  # where the image holds the programs (SAGEMAKER_SUBMIT_DIRECTORY)
+CHECKPOINT_LOCAL_PATH = f"{DEFAULT_BASE_DIR}/checkpoints"
+DEBUG_HOOK_LOCAL_PATH = f"{DEFAULT_BASE_DIR}/output/tensors"  # managed Debugger's DebugHookConfig
+PROCESSING_DIR = f"{DEFAULT_BASE_DIR}/processing"
+# Processing inputs and outputs (InputName/OutputName -> local path) of an evaluation job.
+EVALUATION_INPUT_MODEL = "model"
+EVALUATION_OUTPUT = "evaluation"
+EVALUATION_MODEL_DIR = f"{PROCESSING_DIR}/input/model"
+EVALUATION_DATA_DIR = f"{PROCESSING_DIR}/input/data/{CHANNEL_TRAIN}"
+EVALUATION_MANIFEST_DIR = f"{PROCESSING_DIR}/input/data/{CHANNEL_MANIFEST}"
+PROCESSING_OUTPUT_DIR = f"{PROCESSING_DIR}/output"
+# ... and of the rule check, which reads a training job's output.tar.gz.
+RULE_CHECK_INPUT = "training-output"
+RULE_CHECK_OUTPUT = "output"
+RULE_CHECK_INPUT_DIR = f"{PROCESSING_DIR}/input"
+RULE_CHECK_TRAINING_DIR = f"{RULE_CHECK_INPUT_DIR}/training"
+
+
+def entrypoint(program: str) -> list[str]:
+    """A processing job's ContainerEntrypoint for one of the image's programs."""
+    return ["python3", f"{CODE_DIR}/{program}"]
+
+
+def evaluation_arguments(model: str = EVALUATION_MODEL_DIR) -> list[str]:
+    """evaluate.py's arguments: the model (a directory or a file in it) on the validation split."""
+    return [
+        "--model",
+        model,
+        "--data",
+        EVALUATION_DATA_DIR,
+        "--manifest",
+        f"{EVALUATION_MANIFEST_DIR}/{MANIFEST_FILE}",
+        "--split",
+        SPLIT_VALIDATION,
+        "--output",
+        PROCESSING_OUTPUT_DIR,
+    ]
+
+
+def rule_check_arguments(system_rule_patience: int) -> list[str]:
+    return [
+        "--input-dir",
+        RULE_CHECK_INPUT_DIR,
+        "--output-dir",
+        PROCESSING_OUTPUT_DIR,
+        "--system-rule-patience",
+        str(system_rule_patience),
+    ]
+
+
+def state_machine_spec(*, system_rule_patience: int) -> dict[str, Any]:
+    """The contract as the state machine reads it, from `$.run.container` (the ASL keeps no copy)."""
+    return {
+        "metric_definitions": [dict(d) for d in METRIC_DEFINITIONS],
+        "objective": {"Type": OBJECTIVE_TYPE, "MetricName": OBJECTIVE_METRIC},
+        "training_environment": {PROGRAM_ENV: PROGRAM},
+        "checkpoint_local_path": CHECKPOINT_LOCAL_PATH,
+        "debug_hook_local_path": DEBUG_HOOK_LOCAL_PATH,
+        "channels": {"train": CHANNEL_TRAIN, "manifest": CHANNEL_MANIFEST},
+        "evaluation": {
+            "entrypoint": entrypoint(EVALUATE_PROGRAM),
+            "arguments": evaluation_arguments(),
+            "model_input": EVALUATION_INPUT_MODEL,
+            "model_dir": EVALUATION_MODEL_DIR,
+            "data_dir": EVALUATION_DATA_DIR,
+            "manifest_dir": EVALUATION_MANIFEST_DIR,
+            "output": EVALUATION_OUTPUT,
+            "output_dir": PROCESSING_OUTPUT_DIR,
+        },
+        "rule_check": {
+            "entrypoint": entrypoint(RULE_CHECK_PROGRAM),
+            "arguments": rule_check_arguments(system_rule_patience),
+            "input": RULE_CHECK_INPUT,
+            "training_dir": RULE_CHECK_TRAINING_DIR,
+            "output": RULE_CHECK_OUTPUT,
+            "output_dir": PROCESSING_OUTPUT_DIR,
+        },
+    }

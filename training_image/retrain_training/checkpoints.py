@@ -24,7 +24,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import torch
 
-import contract
+from retrain_contract import container as contract
 
 log = logging.getLogger(__name__)
 

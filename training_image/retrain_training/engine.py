@@ -10,13 +10,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import distributed
-import models
 import torch
-from loaders import Loader
 from torch import nn
 
-import contract
+from retrain_contract import container as contract
+from retrain_training import distributed, models
+from retrain_training.loaders import Loader
 
 LOG_EVERY_STEPS = 10  # train-loss lines between epoch ends
 

@@ -15,10 +15,11 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any, NotRequired, Protocol, TypedDict, Unpack
 
-import data
 import numpy as np
 import torch
 from PIL import Image
+
+from retrain_training import data
 
 # Augmentation ranges, defined once: the DALI loader imports these.
 CROP_SCALE = (0.08, 1.0)
@@ -348,7 +349,8 @@ def build_loader(kind: str, samples: Sequence[data.Sample], **options: Unpack[Lo
     if resolved == "torch":
         return TorchLoader(samples, **options)
     if resolved == "dali":
-        dali_loader = importlib.import_module("dali_loader")  # lazily: DALI is large and GPU-oriented
+        # lazily: DALI is large and GPU-oriented
+        dali_loader = importlib.import_module("retrain_training.dali_loader")
         loader: Loader = dali_loader.DaliLoader(samples, **options)
         return loader
     raise ValueError(f"unknown loader {kind!r}: use torch, dali or auto")

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from profiler import Profile, read_profile
+
+from retrain_training.profiler import Profile, read_profile
 
 REPORT_FILE = "bottleneck.md"
 HEATMAP_FILE = "utilization_heatmap.png"

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-import contract
+from retrain_contract import container as contract
 
 DEFAULT_MASTER_PORT = "29500"
 SMDDP_BACKEND = "smddp"

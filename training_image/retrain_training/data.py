@@ -8,7 +8,6 @@ resumed or data-parallel run sees exactly the samples an uninterrupted one-proce
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -19,7 +18,7 @@ from typing import NamedTuple
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-import contract
+from retrain_contract import container as contract
 
 log = logging.getLogger(__name__)
 
@@ -97,15 +96,9 @@ def validation_rule(splits: dict[str, str], fraction: float) -> Callable[[str], 
     def is_validation(key: str) -> bool:
         if key in splits:
             return splits[key] == contract.SPLIT_VALIDATION
-        return in_validation(key, fraction)
+        return contract.in_validation(key, fraction)
 
     return is_validation
-
-
-def in_validation(key: str, fraction: float) -> bool:
-    """Deterministic split: the first 8 bytes of sha256(relative path) as a fraction of 2**64."""
-    digest = hashlib.sha256(key.encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64 < fraction
 
 
 def verify_image(path: Path) -> str | None:

@@ -9,10 +9,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from profiler import read_profile
-
-from rules.system import SYSTEM_RULES, CPUBottleneck, IOBottleneck, LowGPUUtilization, StepOutlier, SystemRule
-from rules.tensors import (
+from retrain_training.profiler import read_profile
+from retrain_training.rules.system import (
+    SYSTEM_RULES,
+    CPUBottleneck,
+    IOBottleneck,
+    LowGPUUtilization,
+    StepOutlier,
+    SystemRule,
+)
+from retrain_training.rules.tensors import (
     TENSOR_RULES,
     DetailedRule,
     ExplodingTensor,

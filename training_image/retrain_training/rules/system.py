@@ -12,9 +12,9 @@ import bisect
 from typing import Any
 
 import numpy as np
-from profiler import Profile
 
-from rules.tensors import DetailedRule
+from retrain_training.profiler import Profile
+from retrain_training.rules.tensors import DetailedRule
 
 
 class SystemRule(DetailedRule):

@@ -30,8 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Unpack, cast
 
-import data
-import loaders
 import numpy as np
 import torch
 from nvidia.dali import fn
@@ -40,6 +38,8 @@ from nvidia.dali.pipeline import Pipeline
 from nvidia.dali.plugin.pytorch import feed_ndarray
 from nvidia.dali.types import DALIDataType, DALIImageType
 from PIL import Image, UnidentifiedImageError
+
+from retrain_training import data, loaders
 
 log = logging.getLogger(__name__)
 

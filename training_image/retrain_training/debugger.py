@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-import contract
+from retrain_contract import container as contract
 
 if TYPE_CHECKING:
     from smdebug.pytorch import Hook
@@ -23,7 +23,7 @@ else:
     Hook = Any
 
 DEBUG_HOOK_CONFIG_FILE = "debughookconfig.json"  # written by SageMaker from DebugHookConfig
-DEFAULT_INTERVAL = int(str(next(h.default for h in contract.HYPERPARAMETERS if h.name == "debug-interval")))
+DEFAULT_INTERVAL = int(str(contract.HYPERPARAMETER_DEFAULTS[contract.HP_DEBUG_INTERVAL]))
 
 # Summaries instead of whole tensors keep the cost and the output small, and the rules need no more:
 # a NaN or inf anywhere in a tensor makes its abs mean and L2 norm non-finite, and a vanishing

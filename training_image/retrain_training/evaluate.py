@@ -1,0 +1,312 @@
+"""SageMaker Processing entry point: evaluate a trained model (or a training checkpoint) on a data set.
+
+Inputs and outputs are arguments defaulting under `<SAGEMAKER_BASE_DIR or /opt/ml>/processing/`.
+Computes top-1 and top-3 accuracy, per-class precision and recall and the confusion matrix, optionally
+for a baseline (champion) model on the same images, and writes contract.EVALUATION_FILE and
+contract.CONFUSION_MATRIX_FILE. On failure: the reason in the failure file and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tarfile
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from retrain_contract import container as contract
+from retrain_training import checkpoints, data, loaders, models
+
+log = logging.getLogger("evaluate")
+SPLITS = ("validation", "all")
+ARCHIVE = "model.tar.gz"
+DEFAULT_VAL_FRACTION = contract.VAL_FRACTION_DEFAULT
+
+
+class EvaluationError(Exception):
+    """Inputs that cannot be evaluated; the message names the input and what to do."""
+
+
+@dataclass
+class Artifact:
+    arch: str
+    labels: list[str]
+    image_size: int
+    state_dict: dict[str, torch.Tensor]
+    source: Path
+    checkpoint_step: int | None = None
+    val_fraction: float | None = None  # from the training job's config.json, when it is beside the model
+    training_skipped: list[dict[str, str]] = field(default_factory=list)  # files training could not decode
+
+
+def get_args_parser(base: Path) -> argparse.ArgumentParser:
+    processing = base / "processing"
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--model",
+        type=Path,
+        default=processing / "model",
+        help=f"directory with {ARCHIVE} or {contract.MODEL_FILE}, or one such file, or a checkpoint",
+    )
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=processing / "data",
+        help=f"<label>/<file> images, or a directory holding {contract.MANIFEST_FILE}",
+    )
+    parser.add_argument(
+        "--manifest", type=Path, default=None, help="JSON lines manifest (paths relative to --data)"
+    )
+    parser.add_argument(
+        "--split",
+        choices=SPLITS,
+        default="validation",
+        help="validation: only the images training hashed into validation; all: every image",
+    )
+    parser.add_argument(
+        "--val-fraction",
+        type=float,
+        default=None,
+        help="the training job's val-fraction (default: from its config.json, else 0.2)",
+    )
+    parser.add_argument(
+        "--baseline", type=Path, default=None, help="champion model to compare on the same images"
+    )
+    parser.add_argument("--output", type=Path, default=processing / "evaluation")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--num-workers", type=int, default=0)
+    return parser
+
+
+def _extract(archive: Path, into: Path) -> Path:
+    try:
+        with tarfile.open(archive) as tar:
+            tar.extractall(into, filter="data")
+    except (tarfile.TarError, OSError) as error:
+        raise EvaluationError(f"cannot extract {archive}: {error}") from error
+    found = sorted(into.rglob(contract.MODEL_FILE))
+    if not found:
+        raise EvaluationError(
+            f"{archive} holds no {contract.MODEL_FILE}; is it a training job's model artifact?"
+        )
+    return found[0]
+
+
+def load_artifact(path: Path, workdir: Path) -> Artifact:
+    """A model.pt, a model.tar.gz (or a directory with one of them), or a training checkpoint."""
+    if path.is_dir():
+        if (path / ARCHIVE).is_file():
+            path = path / ARCHIVE
+        elif (path / contract.MODEL_FILE).is_file():
+            path = path / contract.MODEL_FILE
+        else:
+            raise EvaluationError(f"model directory {path} has neither {ARCHIVE} nor {contract.MODEL_FILE}")
+    if not path.is_file():
+        raise EvaluationError(f"model {path} does not exist")
+    if path.name.endswith(".tar.gz"):
+        path = _extract(path, Path(tempfile.mkdtemp(dir=workdir)))
+    step = checkpoints.step_of(path)
+    if step is not None:
+        state = checkpoints.decode(path.read_bytes(), source=str(path))
+        return Artifact(
+            state["arch"],
+            list(state["labels"]),
+            int(state["image_size"]),
+            state["model"],
+            path,
+            step,
+            float(state["args"].get("val_fraction", DEFAULT_VAL_FRACTION)),
+        )
+    try:
+        loaded: Any = torch.load(path, map_location="cpu", weights_only=True)
+        artifact = Artifact(
+            loaded["arch"], list(loaded["labels"]), int(loaded["image_size"]), loaded["state_dict"], path
+        )
+    except Exception as error:
+        raise EvaluationError(f"{path} is not a model written by train.py: {error}") from error
+    config = path.parent / contract.CONFIG_FILE
+    if config.is_file():
+        written = json.loads(config.read_text(encoding="utf-8"))
+        hyperparameters = written.get("hyperparameters", {})
+        if contract.HP_VAL_FRACTION in hyperparameters:
+            artifact.val_fraction = float(hyperparameters[contract.HP_VAL_FRACTION])
+        artifact.training_skipped = [dict(item) for item in written.get("skipped", [])]
+    return artifact
+
+
+def build(artifact: Artifact, device: torch.device) -> torch.nn.Module:
+    model = models.build_model(artifact.arch, len(artifact.labels))
+    model.load_state_dict(artifact.state_dict)
+    return model.to(device).eval()
+
+
+def collect(
+    data_dir: Path, manifest: Path | None, *, split: str, val_fraction: float
+) -> list[tuple[Path, str, str]]:
+    """(path, relative key, label) of each distinct decodable image in the chosen split."""
+    if not data_dir.is_dir():
+        raise EvaluationError(f"data directory {data_dir} does not exist")
+    if manifest is None and (data_dir / contract.MANIFEST_FILE).is_file():
+        manifest = data_dir / contract.MANIFEST_FILE
+    entries = data.read_manifest(manifest) if manifest is not None else data.scan_folders(data_dir)
+    distinct = list(dict(entries).items())  # a path repeated to boost a class is evaluated once
+    if split == "validation":
+        is_validation = data.validation_rule(data.manifest_splits(manifest) if manifest else {}, val_fraction)
+        distinct = [(key, label) for key, label in distinct if is_validation(key)]
+    skipped: list[tuple[str, str]] = []
+    kept = data.decodable(distinct, data_dir, skipped)
+    if not kept:
+        raise EvaluationError(f"no decodable images in {manifest or data_dir} for split '{split}'")
+    return kept
+
+
+def predict(
+    model: torch.nn.Module,
+    samples: Sequence[data.Sample],
+    *,
+    image_size: int,
+    batch_size: int,
+    num_workers: int,
+    device: torch.device,
+) -> torch.Tensor:
+    loader = loaders.TorchLoader(
+        samples,
+        train=False,
+        batch_size=batch_size,
+        image_size=image_size,
+        augment_load=1,
+        seed=0,
+        num_workers=num_workers,
+        device=device,
+    )
+    outputs = []
+    with torch.inference_mode():
+        for images, _ in loader.epoch(0):
+            outputs.append(model(images.to(device)).float().cpu())
+    return torch.cat(outputs)
+
+
+def metrics(
+    logits: torch.Tensor, targets: np.ndarray, labels: list[str], predicted_labels: list[str]
+) -> dict[str, Any]:
+    """Top-1/top-3 accuracy, per-class precision/recall and the confusion matrix (rows: true label,
+    columns: predicted label) over `labels`. `predicted_labels` names the model's outputs; an output
+    outside `labels` (a baseline's label the candidate lacks) counts as wrong."""
+    index = {label: i for i, label in enumerate(labels)}
+    remap = np.array([index.get(label, -1) for label in predicted_labels])
+    ranked = remap[logits.topk(min(3, logits.shape[1]), dim=1).indices.numpy()]
+    top1 = ranked[:, 0]
+    n = len(labels)
+    confusion = np.zeros((n, n), dtype=np.int64)
+    known = top1 >= 0
+    np.add.at(confusion, (targets[known], top1[known]), 1)
+    per_class = {}
+    for i, label in enumerate(labels):
+        support = int((targets == i).sum())
+        predicted = int((top1 == i).sum())
+        hits = int(confusion[i, i])
+        per_class[label] = {
+            "precision": hits / predicted if predicted else 0.0,
+            "recall": hits / support if support else 0.0,
+            "support": support,
+        }
+    return {
+        "top1": float((top1 == targets).mean()),
+        "top3": float((ranked == targets[:, None]).any(axis=1).mean()),
+        "per_class": per_class,
+        "confusion_matrix": confusion.tolist(),
+        "labels": labels,
+        "samples": len(targets),
+    }
+
+
+def plot_confusion(matrix: list[list[int]], labels: list[str], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    size = max(4.0, 0.5 * len(labels) + 2)
+    figure, axes = plt.subplots(figsize=(size, size))
+    image = axes.imshow(np.asarray(matrix), cmap="Blues")
+    axes.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
+    axes.set_yticks(range(len(labels)), labels)
+    axes.set_xlabel("predicted")
+    axes.set_ylabel("true")
+    for (row, column), value in np.ndenumerate(np.asarray(matrix)):
+        axes.text(column, row, str(value), ha="center", va="center", fontsize=8)
+    figure.colorbar(image)
+    figure.tight_layout()
+    figure.savefig(out, dpi=100)
+    plt.close(figure)
+
+
+def evaluate(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    candidate = load_artifact(args.model, workdir)
+    val_fraction = args.val_fraction if args.val_fraction is not None else candidate.val_fraction
+    entries = collect(
+        args.data,
+        args.manifest,
+        split=args.split,
+        val_fraction=DEFAULT_VAL_FRACTION if val_fraction is None else val_fraction,
+    )
+    index = {label: i for i, label in enumerate(candidate.labels)}
+    unknown = sorted({label for _, _, label in entries if label not in index})
+    if unknown:
+        log.warning("ignoring images of labels the model was not trained on: %s", ", ".join(unknown))
+    samples = [data.Sample(path, index[label], key) for path, key, label in entries if label in index]
+    if not samples:
+        raise EvaluationError(
+            f"no image in {args.data} has a label the model knows ({', '.join(candidate.labels)})"
+        )
+    targets = np.array([s.label for s in samples])
+    options = {"batch_size": args.batch_size, "num_workers": args.num_workers, "device": device}
+    logits = predict(build(candidate, device), samples, image_size=candidate.image_size, **options)
+    result = metrics(logits, targets, candidate.labels, candidate.labels)
+    result["baseline"] = None
+    if args.baseline is not None:
+        baseline = load_artifact(args.baseline, workdir)
+        base_logits = predict(build(baseline, device), samples, image_size=baseline.image_size, **options)
+        result["baseline"] = metrics(base_logits, targets, candidate.labels, baseline.labels)
+    result.update(
+        split=args.split,
+        model=str(candidate.source),
+        skipped_unknown_labels=unknown,
+        checkpoint_step=candidate.checkpoint_step,
+    )
+    result[contract.TRAINING_SKIPPED_KEY] = candidate.training_skipped
+    args.output.mkdir(parents=True, exist_ok=True)
+    (args.output / contract.EVALUATION_FILE).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    plot_confusion(result["confusion_matrix"], candidate.labels, args.output / contract.CONFUSION_MATRIX_FILE)
+    return result
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    paths = contract.resolve_paths()
+
+    def body() -> int:
+        args = get_args_parser(paths.base).parse_args(argv)
+        with tempfile.TemporaryDirectory() as workdir:
+            result = evaluate(args, Path(workdir))
+        print(
+            f"top1: {result['top1']:.6f} top3: {result['top3']:.6f} samples: {result['samples']}", flush=True
+        )
+        return 0
+
+    return contract.run_reporting_failure(paths, body, invalid="invalid evaluation arguments", argv=argv)
+
+
+if __name__ == "__main__":
+    sys.exit(run())
