@@ -156,6 +156,9 @@ class _Locals:
     item_sets: dict[str, list[tuple[tuple[int, int], str, ast.expr]]] = field(default_factory=dict)
     loops: list[tuple[tuple[int, int], tuple[int, int]]] = field(default_factory=list)  # start, end
 
+    def bind(self, name: str, assign: _Assign) -> None:
+        self.assigns.setdefault(name, []).append(assign)
+
     def later_in_loop(self, name: str, at: tuple[int, int]) -> list[_Assign]:
         """Assignments after `at` in a loop around `at`: their value reaches `at` on the next turn."""
         around = [(start, end) for start, end in self.loops if start <= at <= end]
@@ -199,6 +202,56 @@ def _target_names(target: ast.expr) -> Iterator[str]:
             yield from _target_names(element)
     elif isinstance(target, ast.Starred):
         yield from _target_names(target.value)
+
+
+def _nested_blocks(statement: ast.stmt) -> list[list[ast.stmt]]:
+    """The blocks of a compound statement whose top-level bindings are the module's (if, while, try, with)."""
+    if isinstance(statement, ast.If | ast.While):
+        return [statement.body, statement.orelse]
+    if isinstance(statement, ast.Try):
+        return [
+            statement.body,
+            statement.orelse,
+            statement.finalbody,
+            *(handler.body for handler in statement.handlers),
+        ]
+    if isinstance(statement, ast.With):
+        return [statement.body]
+    return []
+
+
+_Target: TypeAlias = tuple[ast.expr, ast.expr | None, tuple[int, int]]
+
+
+def _assigned_targets(node: ast.AST) -> Iterator[_Target]:
+    """The targets a node assigns to: (target, the value when the analysis follows it, from where on)."""
+    if isinstance(node, ast.Assign):
+        for each in node.targets:
+            yield each, node.value, _end(node.value)
+    elif isinstance(node, ast.AnnAssign | ast.NamedExpr) and node.value is not None:
+        yield node.target, node.value, _end(node.value)
+    elif isinstance(node, ast.AugAssign):
+        yield node.target, None, _end(node)
+    elif isinstance(node, ast.For | ast.AsyncFor):
+        yield node.target, None, _end(node.iter)
+    elif isinstance(node, ast.With | ast.AsyncWith):
+        for item in node.items:
+            if item.optional_vars is not None:
+                yield item.optional_vars, None, _end(item.context_expr)
+
+
+def _bind_target(out: _Locals, target: ast.expr, value: ast.expr | None, effect: tuple[int, int]) -> None:
+    """Record an assignment: a name gets the value, `name["key"] = value` an item of a dict, anything
+    else (unpacking, attributes) binds its names to a value not followed."""
+    if isinstance(target, ast.Name):
+        out.bind(target.id, _Assign(effect, value))
+    elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+        key = target.slice
+        if value is not None and isinstance(key, ast.Constant) and isinstance(key.value, str):
+            out.item_sets.setdefault(target.value.id, []).append((effect, key.value, value))
+    else:
+        for name in _target_names(target):
+            out.bind(name, _Assign(effect, _OPAQUE))
 
 
 def _join(values: Sequence[_Value], node: ast.AST | str) -> _Value:
@@ -281,29 +334,28 @@ class _Module:
 
     def _collect_globals(self, body: Sequence[ast.stmt]) -> None:
         for statement in body:
-            if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-                self.globals[statement.name] = statement
-            elif isinstance(statement, ast.Import | ast.ImportFrom):
-                self.globals.update(self.imports(statement))
-            elif isinstance(statement, ast.Assign):
-                for target in statement.targets:
-                    if isinstance(target, ast.Name):
-                        self.globals[target.id] = statement.value
-                    else:
-                        self.globals.update(dict.fromkeys(_target_names(target), _OPAQUE))
-            elif isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
-                if statement.value is not None:
-                    self.globals[statement.target.id] = statement.value
-            elif isinstance(statement, ast.If | ast.While):
-                self._collect_globals(statement.body)
-                self._collect_globals(statement.orelse)
-            elif isinstance(statement, ast.Try):
-                for block in (statement.body, statement.orelse, statement.finalbody):
-                    self._collect_globals(block)
-                for handler in statement.handlers:
-                    self._collect_globals(handler.body)
-            elif isinstance(statement, ast.With):
-                self._collect_globals(statement.body)
+            self.globals.update(self._global_bindings(statement))
+            for block in _nested_blocks(statement):
+                self._collect_globals(block)
+
+    def _global_bindings(self, statement: ast.stmt) -> Iterator[tuple[str, _Binding]]:
+        """The top-level names one statement binds (defs, classes, imports, assignments)."""
+        if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            yield statement.name, statement
+        elif isinstance(statement, ast.Import | ast.ImportFrom):
+            yield from self.imports(statement)
+        elif isinstance(statement, ast.Assign):
+            for target in statement.targets:
+                if isinstance(target, ast.Name):
+                    yield target.id, statement.value
+                else:
+                    yield from ((name, _OPAQUE) for name in _target_names(target))
+        elif (
+            isinstance(statement, ast.AnnAssign)
+            and isinstance(statement.target, ast.Name)
+            and statement.value is not None
+        ):
+            yield statement.target.id, statement.value
 
     def imports(self, statement: ast.Import | ast.ImportFrom) -> Iterator[tuple[str, _Import]]:
         if isinstance(statement, ast.Import):
@@ -336,54 +388,32 @@ class _Module:
         return found
 
     def _collect_locals(self, node: ast.AST, out: _Locals) -> None:
-        def bind(name: str, assign: _Assign) -> None:
-            out.assigns.setdefault(name, []).append(assign)
-
-        def target(node: ast.expr, value: ast.expr | None, effect: tuple[int, int]) -> None:
-            if isinstance(node, ast.Name):
-                bind(node.id, _Assign(effect, value))
-            elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
-                key = node.slice
-                if value is not None and isinstance(key, ast.Constant) and isinstance(key.value, str):
-                    out.item_sets.setdefault(node.value.id, []).append((effect, key.value, value))
-            else:
-                for name in _target_names(node):
-                    bind(name, _Assign(effect, _OPAQUE))
-
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            bind(node.name, _Assign(_start(node), node))
+            out.bind(node.name, _Assign(_start(node), node))
             return
         if isinstance(node, ast.Lambda):
             return
-        if isinstance(node, ast.Assign):
-            for each in node.targets:
-                target(each, node.value, _end(node.value))
-        elif isinstance(node, ast.AnnAssign) and node.value is not None:
-            target(node.target, node.value, _end(node.value))
-        elif isinstance(node, ast.AugAssign):
-            target(node.target, None, _end(node))
-        elif isinstance(node, ast.For | ast.AsyncFor):
-            target(node.target, None, _end(node.iter))
+        for target, value, effect in _assigned_targets(node):
+            _bind_target(out, target, value, effect)
+        for name, assign in self._named_bindings(node):
+            out.bind(name, assign)
+        if isinstance(node, ast.For | ast.AsyncFor | ast.While):
             out.loops.append((_start(node), _end(node)))
-        elif isinstance(node, ast.While):
-            out.loops.append((_start(node), _end(node)))
-        elif isinstance(node, ast.With | ast.AsyncWith):
-            for item in node.items:
-                if item.optional_vars is not None:
-                    target(item.optional_vars, None, _end(item.context_expr))
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            bind(node.name, _Assign(_start(node), _OPAQUE))
-        elif isinstance(node, ast.NamedExpr):
-            target(node.target, node.value, _end(node.value))
+        for child in ast.iter_child_nodes(node):
+            self._collect_locals(child, out)
+
+    def _named_bindings(self, node: ast.AST) -> Iterator[tuple[str, _Assign]]:
+        """Names a node binds without an assignment target: `except ... as e`, comprehension variables,
+        imports."""
+        if isinstance(node, ast.ExceptHandler) and node.name:
+            yield node.name, _Assign(_start(node), _OPAQUE)
         elif isinstance(node, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
             for generator in node.generators:
                 for name in _target_names(generator.target):
-                    bind(name, _Assign(_start(node), _OPAQUE, _end(node)))
+                    yield name, _Assign(_start(node), _OPAQUE, _end(node))
         elif isinstance(node, ast.Import | ast.ImportFrom):
             for name, imported in self.imports(node):
-                bind(name, _Assign(_end(node), imported))
-        for child in ast.iter_child_nodes(node):
-            self._collect_locals(child, out)
+                yield name, _Assign(_end(node), imported)
 
     def calls_in(self, node: _Def) -> list[ast.Call]:
         """The call expressions of a function body in source order, nested defs and classes left out."""
