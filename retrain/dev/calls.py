@@ -14,11 +14,11 @@ import builtins
 import functools
 import gzip
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import TypeAlias
+from typing import Any, ClassVar, TypeAlias
 
 import botocore
 
@@ -605,32 +605,41 @@ class _Program:
 
     def eval(self, node: ast.expr, scope: _Scope) -> _Value:
         """What an expression evaluates to, as far as the source tells."""
-        if isinstance(node, ast.Constant):
-            if isinstance(node.value, str):
-                return Const(node.value)
-            if isinstance(node.value, bool | int | float):
-                return Const(str(node.value))
-            return Unknown(_text(node))
-        if isinstance(node, ast.Name):
-            return self.lookup(node.id, _start(node), scope, node.id)
-        if isinstance(node, ast.Attribute):
-            return self.attribute(self.eval(node.value, scope), node.attr, node)
-        if isinstance(node, ast.Call):
-            return self.call_value(node, scope)
-        if isinstance(node, ast.Dict):
-            return self.dict_value(node, scope)
-        if isinstance(node, ast.IfExp):
-            return _join([self.eval(node.body, scope), self.eval(node.orelse, scope)], node)
-        if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+        evaluate = self._EVALUATORS.get(type(node))
+        return evaluate(self, node, scope) if evaluate is not None else Unknown(_text(node))
+
+    def _eval_constant(self, node: ast.Constant, _scope: _Scope) -> _Value:
+        """A string as itself, a number or a boolean as its `str`; None, bytes, ... are Unknown."""
+        if isinstance(node.value, str):
+            return Const(node.value)
+        if isinstance(node.value, bool | int | float):
+            return Const(str(node.value))
+        return Unknown(_text(node))
+
+    def _eval_name(self, node: ast.Name, scope: _Scope) -> _Value:
+        return self.lookup(node.id, _start(node), scope, node.id)
+
+    def _eval_attribute(self, node: ast.Attribute, scope: _Scope) -> _Value:
+        return self.attribute(self.eval(node.value, scope), node.attr, node)
+
+    def _eval_if(self, node: ast.IfExp, scope: _Scope) -> _Value:
+        return _join([self.eval(node.body, scope), self.eval(node.orelse, scope)], node)
+
+    def _eval_bool(self, node: ast.BoolOp, scope: _Scope) -> _Value:
+        if isinstance(node.op, ast.Or):
             return _join([self.eval(value, scope) for value in node.values], node)
-        if isinstance(node, ast.NamedExpr):
-            return self.eval(node.value, scope)
-        if isinstance(node, ast.Subscript):
-            base = self.eval(node.value, scope)
-            if isinstance(base, _Extern) and base.dotted == "os.environ":
-                key = self.eval(node.slice, scope)
-                if isinstance(key, Const):
-                    return Env(key.value)
+        return Unknown(_text(node))
+
+    def _eval_walrus(self, node: ast.NamedExpr, scope: _Scope) -> _Value:
+        return self.eval(node.value, scope)
+
+    def _eval_subscript(self, node: ast.Subscript, scope: _Scope) -> _Value:
+        """`os.environ["NAME"]` is the variable; any other subscript is not followed."""
+        base = self.eval(node.value, scope)
+        if isinstance(base, _Extern) and base.dotted == "os.environ":
+            key = self.eval(node.slice, scope)
+            if isinstance(key, Const):
+                return Env(key.value)
         return Unknown(_text(node))
 
     def lookup(self, name: str, at: tuple[int, int], scope: _Scope, text: str) -> _Value:
@@ -801,6 +810,19 @@ class _Program:
             value = self.returns(callee, node, scope)
             return Unknown(_text(node)) if isinstance(value, Unknown) else value
         return Unknown(_text(node))
+
+    # The evaluator of each kind of expression; any other kind is Unknown.
+    _EVALUATORS: ClassVar[Mapping[type[ast.expr], Callable[[_Program, Any, _Scope], _Value]]] = {
+        ast.Constant: _eval_constant,
+        ast.Name: _eval_name,
+        ast.Attribute: _eval_attribute,
+        ast.Call: call_value,
+        ast.Dict: dict_value,
+        ast.IfExp: _eval_if,
+        ast.BoolOp: _eval_bool,
+        ast.NamedExpr: _eval_walrus,
+        ast.Subscript: _eval_subscript,
+    }
 
     def _extern_call(self, dotted: str, node: ast.Call, scope: _Scope) -> _Value:
         first = node.args[0] if node.args else None
