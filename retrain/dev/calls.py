@@ -702,34 +702,42 @@ class _Program:
 
     def attribute(self, base: _Value, name: str, node: ast.AST) -> _Value:
         """`base.name`; `node` is the attribute expression, for the text of an Unknown."""
+        found: _Value | None = None
         if isinstance(base, _ModuleRef):
-            module = self.module(base.name)
-            if module is None:
-                return Unknown(_text(node))
-            if name not in module.globals and self.module(f"{base.name}.{name}") is not None:
-                return _ModuleRef(f"{base.name}.{name}")
-            return self.global_value(module, name, _text(node) if name not in module.globals else name)
-        if isinstance(base, _Extern):
-            return _Extern(f"{base.dotted}.{name}")
-        if isinstance(base, _Config):
-            return self.config_field(name, node)
-        if isinstance(base, _Instance | _ClassRef):
-            cls = base.cls if isinstance(base, _Instance) else base
-            if isinstance(base, _Instance):
-                for field_name, value in base.fields:
-                    if field_name == name:
-                        return value
-            method = self.find_method(cls, name)
-            if method is not None:
-                owner = method[0]
-                bound: _Instance | _ClassRef | None = base if isinstance(base, _Instance) else None
-                if _decorated(method_node := method[1], "classmethod"):
-                    bound = cls
-                return _FuncRef(owner.module, f"{owner.name}.{method_node.name}", method_node, bound=bound)
-            declared = self._class_annotation(cls, name)
-            if declared is not None:
-                return declared
-        return Unknown(_text(node))
+            found = self._module_attribute(base, name, node)
+        elif isinstance(base, _Extern):
+            found = _Extern(f"{base.dotted}.{name}")
+        elif isinstance(base, _Config):
+            found = self.config_field(name, node)
+        elif isinstance(base, _Instance | _ClassRef):
+            found = self._member(base, name)
+        return found if found is not None else Unknown(_text(node))
+
+    def _module_attribute(self, base: _ModuleRef, name: str, node: ast.AST) -> _Value | None:
+        """A module's global, or its submodule; None when the module is not in the package."""
+        module = self.module(base.name)
+        if module is None:
+            return None
+        if name not in module.globals and self.module(f"{base.name}.{name}") is not None:
+            return _ModuleRef(f"{base.name}.{name}")
+        return self.global_value(module, name, _text(node) if name not in module.globals else name)
+
+    def _member(self, base: _Instance | _ClassRef, name: str) -> _Value | None:
+        """An instance's field, a method (bound as Python would bind it), or what the class body
+        declares the attribute to be; None when none of these says."""
+        cls = base.cls if isinstance(base, _Instance) else base
+        if isinstance(base, _Instance):
+            for field_name, value in base.fields:
+                if field_name == name:
+                    return value
+        method = self.find_method(cls, name)
+        if method is None:
+            return self._class_annotation(cls, name)
+        owner, node = method
+        bound: _Instance | _ClassRef | None = base if isinstance(base, _Instance) else None
+        if _decorated(node, "classmethod"):
+            bound = cls
+        return _FuncRef(owner.module, f"{owner.name}.{node.name}", node, bound=bound)
 
     def _class_annotation(self, cls: _ClassRef, name: str) -> _Value | None:
         node = self.class_def(cls)
@@ -747,32 +755,45 @@ class _Program:
 
     def annotation(self, node: ast.expr | None, module: _Module) -> _Value | None:
         """The value an annotation promises when it matters here: a client, the Config, a package class."""
-        if node is None:
-            return None
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            try:
-                parsed = ast.parse(node.value, mode="eval").body
-            except SyntaxError:
-                return None
-            return self.annotation(parsed, module)
+            return self._string_annotation(node.value, module)
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
             return self.annotation(node.left, module) or self.annotation(node.right, module)
         if isinstance(node, ast.Subscript):
-            inner = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
-            base = self.eval(node.value, _Scope(module, None, {}))
-            if isinstance(base, _Extern) and base.dotted in ("typing.Optional", "typing.Union"):
-                for each in inner:
-                    found = self.annotation(each, module)
-                    if found is not None:
-                        return found
-            return None
+            return self._optional_annotation(node, module)
         if isinstance(node, ast.Name | ast.Attribute):
-            value = self.eval(node, _Scope(module, None, {}))
-            if isinstance(value, _Extern):
-                service = _service_of_stub(value.dotted)
-                return _Client(service) if service else None
-            if isinstance(value, _ClassRef):
-                return _Config() if self.is_config(value) else _Instance(value)
+            return self._named_annotation(node, module)
+        return None
+
+    def _string_annotation(self, text: str, module: _Module) -> _Value | None:
+        """A quoted annotation (a forward reference), parsed and read as if unquoted."""
+        try:
+            parsed = ast.parse(text, mode="eval").body
+        except SyntaxError:
+            return None
+        return self.annotation(parsed, module)
+
+    def _optional_annotation(self, node: ast.Subscript, module: _Module) -> _Value | None:
+        """`Optional[X]` or `Union[X, ...]`: the first member that promises something; other generics
+        promise nothing."""
+        base = self.eval(node.value, _Scope(module, None, {}))
+        if not (isinstance(base, _Extern) and base.dotted in ("typing.Optional", "typing.Union")):
+            return None
+        members = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        for each in members:
+            found = self.annotation(each, module)
+            if found is not None:
+                return found
+        return None
+
+    def _named_annotation(self, node: ast.Name | ast.Attribute, module: _Module) -> _Value | None:
+        """A client type of the stub packages, the Config, or an instance of a package class."""
+        value = self.eval(node, _Scope(module, None, {}))
+        if isinstance(value, _Extern):
+            service = _service_of_stub(value.dotted)
+            return _Client(service) if service else None
+        if isinstance(value, _ClassRef):
+            return _Config() if self.is_config(value) else _Instance(value)
         return None
 
     def dict_value(self, node: ast.Dict, scope: _Scope) -> _Dict:
