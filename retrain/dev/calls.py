@@ -968,29 +968,48 @@ class _Program:
             bound[positional[0].arg] = ref.bound
             positional = positional[1:]
         extra: dict[str, tuple[_Value, str]] = {}
-        known = {a.arg for a in [*positional, *args.kwonlyargs]}
         if node is not None:
-            for param, arg in zip(positional, node.args, strict=False):
-                if isinstance(arg, ast.Starred):
-                    break
-                bound[param.arg] = self.eval(arg, scope)
-            for keyword in node.keywords:
-                value = self.eval(keyword.value, scope)
-                if keyword.arg is None:
-                    pairs = value.items if isinstance(value, _Dict) else ()
-                    for name, each, text in pairs:
-                        if name in known:
-                            bound[name] = each
-                        else:
-                            extra[name] = (each, text)
-                elif keyword.arg in known:
-                    bound[keyword.arg] = value
-                else:
-                    extra[keyword.arg] = (value, _text(keyword.value))
+            known = {a.arg for a in [*positional, *args.kwonlyargs]}
+            given, extra = self._call_arguments(node, scope, positional, known)
+            bound.update(given)
         if args.kwarg is not None:
             bound[args.kwarg.arg] = _Dict(tuple((name, each, text) for name, (each, text) in extra.items()))
         if args.vararg is not None:
             bound[args.vararg.arg] = Unknown(f"*{args.vararg.arg}")
+        self._bind_unbound(ref, positional, bound)
+        return bound
+
+    def _call_arguments(
+        self, node: ast.Call, scope: _Scope, positional: list[ast.arg], known: set[str]
+    ) -> tuple[dict[str, _Value], dict[str, tuple[_Value, str]]]:
+        """The arguments of a call site: those of named parameters, and the other keywords (for a
+        `**kwargs`) with the source text of each value."""
+        bound: dict[str, _Value] = {}
+        extra: dict[str, tuple[_Value, str]] = {}
+        for param, arg in zip(positional, node.args, strict=False):
+            if isinstance(arg, ast.Starred):
+                break
+            bound[param.arg] = self.eval(arg, scope)
+        for keyword in node.keywords:
+            for name, each, text in self._keyword_items(keyword, scope):
+                if name in known:
+                    bound[name] = each
+                else:
+                    extra[name] = (each, text)
+        return bound, extra
+
+    def _keyword_items(self, keyword: ast.keyword, scope: _Scope) -> Sequence[tuple[str, _Value, str]]:
+        """`name=value` as one item; `**mapping` as the items of the dict it evaluates to (none if not)."""
+        value = self.eval(keyword.value, scope)
+        if keyword.arg is not None:
+            return ((keyword.arg, value, _text(keyword.value)),)
+        return value.items if isinstance(value, _Dict) else ()
+
+    def _bind_unbound(self, ref: _FuncRef, positional: list[ast.arg], bound: dict[str, _Value]) -> None:
+        """Each parameter the call left unbound, or bound to an Unknown where the annotation promises
+        more: the annotation's value, else the default's (evaluated where the function is defined),
+        else Unknown."""
+        args = ref.node.args
         module = self.module(ref.module)
         assert module is not None
         defining = ref.closure or _Scope(module, None, {})
@@ -1011,7 +1030,6 @@ class _Program:
                 bound[param.arg] = self.eval(default, defining)
             else:
                 bound[param.arg] = Unknown(param.arg)
-        return bound
 
     def visit(self, ref: _FuncRef, bindings: dict[str, _Value]) -> list[Call]:
         """Every API call a function makes, directly or through the package functions it calls.
