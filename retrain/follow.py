@@ -264,7 +264,6 @@ def wait_for_run(
     execution_arn: str | None = None,
     timeout_seconds: float,
     poll_seconds: float = POLL_SECONDS,
-    sleep: Callable[[float], None] = time.sleep,
     on_wait: Callable[[], None] | None = None,
 ) -> runs.RunRecord:
     """The run with `run_id`, or else the first run of `dataset` created at or after `since`, once it
@@ -291,7 +290,7 @@ def wait_for_run(
                 f"no run of data set {dataset!r} started within {int(timeout_seconds)} s: check "
                 "`retrain runs` and the ingest queue's dead-letter queue, or start one with `retrain start`"
             )
-        sleep(poll_seconds)
+        time.sleep(poll_seconds)
 
 
 def follow(

@@ -14,11 +14,11 @@ import builtins
 import functools
 import gzip
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import TypeAlias
+from typing import Any, ClassVar, TypeAlias
 
 import botocore
 
@@ -156,6 +156,9 @@ class _Locals:
     item_sets: dict[str, list[tuple[tuple[int, int], str, ast.expr]]] = field(default_factory=dict)
     loops: list[tuple[tuple[int, int], tuple[int, int]]] = field(default_factory=list)  # start, end
 
+    def bind(self, name: str, assign: _Assign) -> None:
+        self.assigns.setdefault(name, []).append(assign)
+
     def later_in_loop(self, name: str, at: tuple[int, int]) -> list[_Assign]:
         """Assignments after `at` in a loop around `at`: their value reaches `at` on the next turn."""
         around = [(start, end) for start, end in self.loops if start <= at <= end]
@@ -199,6 +202,56 @@ def _target_names(target: ast.expr) -> Iterator[str]:
             yield from _target_names(element)
     elif isinstance(target, ast.Starred):
         yield from _target_names(target.value)
+
+
+def _nested_blocks(statement: ast.stmt) -> list[list[ast.stmt]]:
+    """The blocks of a compound statement whose top-level bindings are the module's (if, while, try, with)."""
+    if isinstance(statement, ast.If | ast.While):
+        return [statement.body, statement.orelse]
+    if isinstance(statement, ast.Try):
+        return [
+            statement.body,
+            statement.orelse,
+            statement.finalbody,
+            *(handler.body for handler in statement.handlers),
+        ]
+    if isinstance(statement, ast.With):
+        return [statement.body]
+    return []
+
+
+_Target: TypeAlias = tuple[ast.expr, ast.expr | None, tuple[int, int]]
+
+
+def _assigned_targets(node: ast.AST) -> Iterator[_Target]:
+    """The targets a node assigns to: (target, the value when the analysis follows it, from where on)."""
+    if isinstance(node, ast.Assign):
+        for each in node.targets:
+            yield each, node.value, _end(node.value)
+    elif isinstance(node, ast.AnnAssign | ast.NamedExpr) and node.value is not None:
+        yield node.target, node.value, _end(node.value)
+    elif isinstance(node, ast.AugAssign):
+        yield node.target, None, _end(node)
+    elif isinstance(node, ast.For | ast.AsyncFor):
+        yield node.target, None, _end(node.iter)
+    elif isinstance(node, ast.With | ast.AsyncWith):
+        for item in node.items:
+            if item.optional_vars is not None:
+                yield item.optional_vars, None, _end(item.context_expr)
+
+
+def _bind_target(out: _Locals, target: ast.expr, value: ast.expr | None, effect: tuple[int, int]) -> None:
+    """Record an assignment: a name gets the value, `name["key"] = value` an item of a dict, anything
+    else (unpacking, attributes) binds its names to a value not followed."""
+    if isinstance(target, ast.Name):
+        out.bind(target.id, _Assign(effect, value))
+    elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+        key = target.slice
+        if value is not None and isinstance(key, ast.Constant) and isinstance(key.value, str):
+            out.item_sets.setdefault(target.value.id, []).append((effect, key.value, value))
+    else:
+        for name in _target_names(target):
+            out.bind(name, _Assign(effect, _OPAQUE))
 
 
 def _join(values: Sequence[_Value], node: ast.AST | str) -> _Value:
@@ -281,29 +334,28 @@ class _Module:
 
     def _collect_globals(self, body: Sequence[ast.stmt]) -> None:
         for statement in body:
-            if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-                self.globals[statement.name] = statement
-            elif isinstance(statement, ast.Import | ast.ImportFrom):
-                self.globals.update(self.imports(statement))
-            elif isinstance(statement, ast.Assign):
-                for target in statement.targets:
-                    if isinstance(target, ast.Name):
-                        self.globals[target.id] = statement.value
-                    else:
-                        self.globals.update(dict.fromkeys(_target_names(target), _OPAQUE))
-            elif isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
-                if statement.value is not None:
-                    self.globals[statement.target.id] = statement.value
-            elif isinstance(statement, ast.If | ast.While):
-                self._collect_globals(statement.body)
-                self._collect_globals(statement.orelse)
-            elif isinstance(statement, ast.Try):
-                for block in (statement.body, statement.orelse, statement.finalbody):
-                    self._collect_globals(block)
-                for handler in statement.handlers:
-                    self._collect_globals(handler.body)
-            elif isinstance(statement, ast.With):
-                self._collect_globals(statement.body)
+            self.globals.update(self._global_bindings(statement))
+            for block in _nested_blocks(statement):
+                self._collect_globals(block)
+
+    def _global_bindings(self, statement: ast.stmt) -> Iterator[tuple[str, _Binding]]:
+        """The top-level names one statement binds (defs, classes, imports, assignments)."""
+        if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            yield statement.name, statement
+        elif isinstance(statement, ast.Import | ast.ImportFrom):
+            yield from self.imports(statement)
+        elif isinstance(statement, ast.Assign):
+            for target in statement.targets:
+                if isinstance(target, ast.Name):
+                    yield target.id, statement.value
+                else:
+                    yield from ((name, _OPAQUE) for name in _target_names(target))
+        elif (
+            isinstance(statement, ast.AnnAssign)
+            and isinstance(statement.target, ast.Name)
+            and statement.value is not None
+        ):
+            yield statement.target.id, statement.value
 
     def imports(self, statement: ast.Import | ast.ImportFrom) -> Iterator[tuple[str, _Import]]:
         if isinstance(statement, ast.Import):
@@ -336,54 +388,32 @@ class _Module:
         return found
 
     def _collect_locals(self, node: ast.AST, out: _Locals) -> None:
-        def bind(name: str, assign: _Assign) -> None:
-            out.assigns.setdefault(name, []).append(assign)
-
-        def target(node: ast.expr, value: ast.expr | None, effect: tuple[int, int]) -> None:
-            if isinstance(node, ast.Name):
-                bind(node.id, _Assign(effect, value))
-            elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
-                key = node.slice
-                if value is not None and isinstance(key, ast.Constant) and isinstance(key.value, str):
-                    out.item_sets.setdefault(node.value.id, []).append((effect, key.value, value))
-            else:
-                for name in _target_names(node):
-                    bind(name, _Assign(effect, _OPAQUE))
-
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            bind(node.name, _Assign(_start(node), node))
+            out.bind(node.name, _Assign(_start(node), node))
             return
         if isinstance(node, ast.Lambda):
             return
-        if isinstance(node, ast.Assign):
-            for each in node.targets:
-                target(each, node.value, _end(node.value))
-        elif isinstance(node, ast.AnnAssign) and node.value is not None:
-            target(node.target, node.value, _end(node.value))
-        elif isinstance(node, ast.AugAssign):
-            target(node.target, None, _end(node))
-        elif isinstance(node, ast.For | ast.AsyncFor):
-            target(node.target, None, _end(node.iter))
+        for target, value, effect in _assigned_targets(node):
+            _bind_target(out, target, value, effect)
+        for name, assign in self._named_bindings(node):
+            out.bind(name, assign)
+        if isinstance(node, ast.For | ast.AsyncFor | ast.While):
             out.loops.append((_start(node), _end(node)))
-        elif isinstance(node, ast.While):
-            out.loops.append((_start(node), _end(node)))
-        elif isinstance(node, ast.With | ast.AsyncWith):
-            for item in node.items:
-                if item.optional_vars is not None:
-                    target(item.optional_vars, None, _end(item.context_expr))
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            bind(node.name, _Assign(_start(node), _OPAQUE))
-        elif isinstance(node, ast.NamedExpr):
-            target(node.target, node.value, _end(node.value))
+        for child in ast.iter_child_nodes(node):
+            self._collect_locals(child, out)
+
+    def _named_bindings(self, node: ast.AST) -> Iterator[tuple[str, _Assign]]:
+        """Names a node binds without an assignment target: `except ... as e`, comprehension variables,
+        imports."""
+        if isinstance(node, ast.ExceptHandler) and node.name:
+            yield node.name, _Assign(_start(node), _OPAQUE)
         elif isinstance(node, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
             for generator in node.generators:
                 for name in _target_names(generator.target):
-                    bind(name, _Assign(_start(node), _OPAQUE, _end(node)))
+                    yield name, _Assign(_start(node), _OPAQUE, _end(node))
         elif isinstance(node, ast.Import | ast.ImportFrom):
             for name, imported in self.imports(node):
-                bind(name, _Assign(_end(node), imported))
-        for child in ast.iter_child_nodes(node):
-            self._collect_locals(child, out)
+                yield name, _Assign(_end(node), imported)
 
     def calls_in(self, node: _Def) -> list[ast.Call]:
         """The call expressions of a function body in source order, nested defs and classes left out."""
@@ -575,32 +605,41 @@ class _Program:
 
     def eval(self, node: ast.expr, scope: _Scope) -> _Value:
         """What an expression evaluates to, as far as the source tells."""
-        if isinstance(node, ast.Constant):
-            if isinstance(node.value, str):
-                return Const(node.value)
-            if isinstance(node.value, bool | int | float):
-                return Const(str(node.value))
-            return Unknown(_text(node))
-        if isinstance(node, ast.Name):
-            return self.lookup(node.id, _start(node), scope, node.id)
-        if isinstance(node, ast.Attribute):
-            return self.attribute(self.eval(node.value, scope), node.attr, node)
-        if isinstance(node, ast.Call):
-            return self.call_value(node, scope)
-        if isinstance(node, ast.Dict):
-            return self.dict_value(node, scope)
-        if isinstance(node, ast.IfExp):
-            return _join([self.eval(node.body, scope), self.eval(node.orelse, scope)], node)
-        if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+        evaluate = self._EVALUATORS.get(type(node))
+        return evaluate(self, node, scope) if evaluate is not None else Unknown(_text(node))
+
+    def _eval_constant(self, node: ast.Constant, _scope: _Scope) -> _Value:
+        """A string as itself, a number or a boolean as its `str`; None, bytes, ... are Unknown."""
+        if isinstance(node.value, str):
+            return Const(node.value)
+        if isinstance(node.value, bool | int | float):
+            return Const(str(node.value))
+        return Unknown(_text(node))
+
+    def _eval_name(self, node: ast.Name, scope: _Scope) -> _Value:
+        return self.lookup(node.id, _start(node), scope, node.id)
+
+    def _eval_attribute(self, node: ast.Attribute, scope: _Scope) -> _Value:
+        return self.attribute(self.eval(node.value, scope), node.attr, node)
+
+    def _eval_if(self, node: ast.IfExp, scope: _Scope) -> _Value:
+        return _join([self.eval(node.body, scope), self.eval(node.orelse, scope)], node)
+
+    def _eval_bool(self, node: ast.BoolOp, scope: _Scope) -> _Value:
+        if isinstance(node.op, ast.Or):
             return _join([self.eval(value, scope) for value in node.values], node)
-        if isinstance(node, ast.NamedExpr):
-            return self.eval(node.value, scope)
-        if isinstance(node, ast.Subscript):
-            base = self.eval(node.value, scope)
-            if isinstance(base, _Extern) and base.dotted == "os.environ":
-                key = self.eval(node.slice, scope)
-                if isinstance(key, Const):
-                    return Env(key.value)
+        return Unknown(_text(node))
+
+    def _eval_walrus(self, node: ast.NamedExpr, scope: _Scope) -> _Value:
+        return self.eval(node.value, scope)
+
+    def _eval_subscript(self, node: ast.Subscript, scope: _Scope) -> _Value:
+        """`os.environ["NAME"]` is the variable; any other subscript is not followed."""
+        base = self.eval(node.value, scope)
+        if isinstance(base, _Extern) and base.dotted == "os.environ":
+            key = self.eval(node.slice, scope)
+            if isinstance(key, Const):
+                return Env(key.value)
         return Unknown(_text(node))
 
     def lookup(self, name: str, at: tuple[int, int], scope: _Scope, text: str) -> _Value:
@@ -663,34 +702,42 @@ class _Program:
 
     def attribute(self, base: _Value, name: str, node: ast.AST) -> _Value:
         """`base.name`; `node` is the attribute expression, for the text of an Unknown."""
+        found: _Value | None = None
         if isinstance(base, _ModuleRef):
-            module = self.module(base.name)
-            if module is None:
-                return Unknown(_text(node))
-            if name not in module.globals and self.module(f"{base.name}.{name}") is not None:
-                return _ModuleRef(f"{base.name}.{name}")
-            return self.global_value(module, name, _text(node) if name not in module.globals else name)
-        if isinstance(base, _Extern):
-            return _Extern(f"{base.dotted}.{name}")
-        if isinstance(base, _Config):
-            return self.config_field(name, node)
-        if isinstance(base, _Instance | _ClassRef):
-            cls = base.cls if isinstance(base, _Instance) else base
-            if isinstance(base, _Instance):
-                for field_name, value in base.fields:
-                    if field_name == name:
-                        return value
-            method = self.find_method(cls, name)
-            if method is not None:
-                owner = method[0]
-                bound: _Instance | _ClassRef | None = base if isinstance(base, _Instance) else None
-                if _decorated(method_node := method[1], "classmethod"):
-                    bound = cls
-                return _FuncRef(owner.module, f"{owner.name}.{method_node.name}", method_node, bound=bound)
-            declared = self._class_annotation(cls, name)
-            if declared is not None:
-                return declared
-        return Unknown(_text(node))
+            found = self._module_attribute(base, name, node)
+        elif isinstance(base, _Extern):
+            found = _Extern(f"{base.dotted}.{name}")
+        elif isinstance(base, _Config):
+            found = self.config_field(name, node)
+        elif isinstance(base, _Instance | _ClassRef):
+            found = self._member(base, name)
+        return found if found is not None else Unknown(_text(node))
+
+    def _module_attribute(self, base: _ModuleRef, name: str, node: ast.AST) -> _Value | None:
+        """A module's global, or its submodule; None when the module is not in the package."""
+        module = self.module(base.name)
+        if module is None:
+            return None
+        if name not in module.globals and self.module(f"{base.name}.{name}") is not None:
+            return _ModuleRef(f"{base.name}.{name}")
+        return self.global_value(module, name, _text(node) if name not in module.globals else name)
+
+    def _member(self, base: _Instance | _ClassRef, name: str) -> _Value | None:
+        """An instance's field, a method (bound as Python would bind it), or what the class body
+        declares the attribute to be; None when none of these says."""
+        cls = base.cls if isinstance(base, _Instance) else base
+        if isinstance(base, _Instance):
+            for field_name, value in base.fields:
+                if field_name == name:
+                    return value
+        method = self.find_method(cls, name)
+        if method is None:
+            return self._class_annotation(cls, name)
+        owner, node = method
+        bound: _Instance | _ClassRef | None = base if isinstance(base, _Instance) else None
+        if _decorated(node, "classmethod"):
+            bound = cls
+        return _FuncRef(owner.module, f"{owner.name}.{node.name}", node, bound=bound)
 
     def _class_annotation(self, cls: _ClassRef, name: str) -> _Value | None:
         node = self.class_def(cls)
@@ -708,32 +755,45 @@ class _Program:
 
     def annotation(self, node: ast.expr | None, module: _Module) -> _Value | None:
         """The value an annotation promises when it matters here: a client, the Config, a package class."""
-        if node is None:
-            return None
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            try:
-                parsed = ast.parse(node.value, mode="eval").body
-            except SyntaxError:
-                return None
-            return self.annotation(parsed, module)
+            return self._string_annotation(node.value, module)
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
             return self.annotation(node.left, module) or self.annotation(node.right, module)
         if isinstance(node, ast.Subscript):
-            inner = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
-            base = self.eval(node.value, _Scope(module, None, {}))
-            if isinstance(base, _Extern) and base.dotted in ("typing.Optional", "typing.Union"):
-                for each in inner:
-                    found = self.annotation(each, module)
-                    if found is not None:
-                        return found
-            return None
+            return self._optional_annotation(node, module)
         if isinstance(node, ast.Name | ast.Attribute):
-            value = self.eval(node, _Scope(module, None, {}))
-            if isinstance(value, _Extern):
-                service = _service_of_stub(value.dotted)
-                return _Client(service) if service else None
-            if isinstance(value, _ClassRef):
-                return _Config() if self.is_config(value) else _Instance(value)
+            return self._named_annotation(node, module)
+        return None
+
+    def _string_annotation(self, text: str, module: _Module) -> _Value | None:
+        """A quoted annotation (a forward reference), parsed and read as if unquoted."""
+        try:
+            parsed = ast.parse(text, mode="eval").body
+        except SyntaxError:
+            return None
+        return self.annotation(parsed, module)
+
+    def _optional_annotation(self, node: ast.Subscript, module: _Module) -> _Value | None:
+        """`Optional[X]` or `Union[X, ...]`: the first member that promises something; other generics
+        promise nothing."""
+        base = self.eval(node.value, _Scope(module, None, {}))
+        if not (isinstance(base, _Extern) and base.dotted in ("typing.Optional", "typing.Union")):
+            return None
+        members = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        for each in members:
+            found = self.annotation(each, module)
+            if found is not None:
+                return found
+        return None
+
+    def _named_annotation(self, node: ast.Name | ast.Attribute, module: _Module) -> _Value | None:
+        """A client type of the stub packages, the Config, or an instance of a package class."""
+        value = self.eval(node, _Scope(module, None, {}))
+        if isinstance(value, _Extern):
+            service = _service_of_stub(value.dotted)
+            return _Client(service) if service else None
+        if isinstance(value, _ClassRef):
+            return _Config() if self.is_config(value) else _Instance(value)
         return None
 
     def dict_value(self, node: ast.Dict, scope: _Scope) -> _Dict:
@@ -771,6 +831,19 @@ class _Program:
             value = self.returns(callee, node, scope)
             return Unknown(_text(node)) if isinstance(value, Unknown) else value
         return Unknown(_text(node))
+
+    # The evaluator of each kind of expression; any other kind is Unknown.
+    _EVALUATORS: ClassVar[Mapping[type[ast.expr], Callable[[_Program, Any, _Scope], _Value]]] = {
+        ast.Constant: _eval_constant,
+        ast.Name: _eval_name,
+        ast.Attribute: _eval_attribute,
+        ast.Call: call_value,
+        ast.Dict: dict_value,
+        ast.IfExp: _eval_if,
+        ast.BoolOp: _eval_bool,
+        ast.NamedExpr: _eval_walrus,
+        ast.Subscript: _eval_subscript,
+    }
 
     def _extern_call(self, dotted: str, node: ast.Call, scope: _Scope) -> _Value:
         first = node.args[0] if node.args else None
@@ -895,29 +968,48 @@ class _Program:
             bound[positional[0].arg] = ref.bound
             positional = positional[1:]
         extra: dict[str, tuple[_Value, str]] = {}
-        known = {a.arg for a in [*positional, *args.kwonlyargs]}
         if node is not None:
-            for param, arg in zip(positional, node.args, strict=False):
-                if isinstance(arg, ast.Starred):
-                    break
-                bound[param.arg] = self.eval(arg, scope)
-            for keyword in node.keywords:
-                value = self.eval(keyword.value, scope)
-                if keyword.arg is None:
-                    pairs = value.items if isinstance(value, _Dict) else ()
-                    for name, each, text in pairs:
-                        if name in known:
-                            bound[name] = each
-                        else:
-                            extra[name] = (each, text)
-                elif keyword.arg in known:
-                    bound[keyword.arg] = value
-                else:
-                    extra[keyword.arg] = (value, _text(keyword.value))
+            known = {a.arg for a in [*positional, *args.kwonlyargs]}
+            given, extra = self._call_arguments(node, scope, positional, known)
+            bound.update(given)
         if args.kwarg is not None:
             bound[args.kwarg.arg] = _Dict(tuple((name, each, text) for name, (each, text) in extra.items()))
         if args.vararg is not None:
             bound[args.vararg.arg] = Unknown(f"*{args.vararg.arg}")
+        self._bind_unbound(ref, positional, bound)
+        return bound
+
+    def _call_arguments(
+        self, node: ast.Call, scope: _Scope, positional: list[ast.arg], known: set[str]
+    ) -> tuple[dict[str, _Value], dict[str, tuple[_Value, str]]]:
+        """The arguments of a call site: those of named parameters, and the other keywords (for a
+        `**kwargs`) with the source text of each value."""
+        bound: dict[str, _Value] = {}
+        extra: dict[str, tuple[_Value, str]] = {}
+        for param, arg in zip(positional, node.args, strict=False):
+            if isinstance(arg, ast.Starred):
+                break
+            bound[param.arg] = self.eval(arg, scope)
+        for keyword in node.keywords:
+            for name, each, text in self._keyword_items(keyword, scope):
+                if name in known:
+                    bound[name] = each
+                else:
+                    extra[name] = (each, text)
+        return bound, extra
+
+    def _keyword_items(self, keyword: ast.keyword, scope: _Scope) -> Sequence[tuple[str, _Value, str]]:
+        """`name=value` as one item; `**mapping` as the items of the dict it evaluates to (none if not)."""
+        value = self.eval(keyword.value, scope)
+        if keyword.arg is not None:
+            return ((keyword.arg, value, _text(keyword.value)),)
+        return value.items if isinstance(value, _Dict) else ()
+
+    def _bind_unbound(self, ref: _FuncRef, positional: list[ast.arg], bound: dict[str, _Value]) -> None:
+        """Each parameter the call left unbound, or bound to an Unknown where the annotation promises
+        more: the annotation's value, else the default's (evaluated where the function is defined),
+        else Unknown."""
+        args = ref.node.args
         module = self.module(ref.module)
         assert module is not None
         defining = ref.closure or _Scope(module, None, {})
@@ -938,7 +1030,6 @@ class _Program:
                 bound[param.arg] = self.eval(default, defining)
             else:
                 bound[param.arg] = Unknown(param.arg)
-        return bound
 
     def visit(self, ref: _FuncRef, bindings: dict[str, _Value]) -> list[Call]:
         """Every API call a function makes, directly or through the package functions it calls.

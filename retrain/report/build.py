@@ -131,8 +131,8 @@ def _data(facts: RunFacts) -> list[str]:
     return lines
 
 
-def write_report(facts: RunFacts, out_dir: Path) -> Path:
-    out_dir.mkdir(parents=True, exist_ok=True)
+def _header(facts: RunFacts) -> list[str]:
+    """The run's identity and outcome, and the gate's decision."""
     lines = [f"# Run {facts.run_id}", ""]
     lines += _table(
         ["dataset", "status", "started", "stopped"],
@@ -140,17 +140,17 @@ def write_report(facts: RunFacts, out_dir: Path) -> Path:
     )
     if facts.failure:
         lines += [f"**Failed:** {facts.failure}", ""]
-
     lines += ["## Gate decision", ""]
     decision = {True: "passed", False: "rejected", None: "not reached"}[facts.gate_passed]
     lines += [f"**{decision}** — {facts.gate_reason or 'no reason recorded'}", ""]
     if facts.model_package:
         lines += [f"Model package: `{facts.model_package}`", ""]
+    return lines
 
-    lines += _uploads(facts)
-    lines += _data(facts)
 
-    lines += ["## Tuning", ""]
+def _tuning(facts: RunFacts, out_dir: Path) -> list[str]:
+    """The tuning job, every trial with the hyperparameters that varied, their chart and the best values."""
+    lines = ["## Tuning", ""]
     if facts.tuning_job:
         lines += [
             f"Tuning job `{facts.tuning_job}`, best `{facts.best_job or '—'}` "
@@ -183,8 +183,12 @@ def write_report(facts: RunFacts, out_dir: Path) -> Path:
             ["best hyperparameter", "value"],
             [[k, _value(v)] for k, v in sorted(facts.best_hyperparameters.items())],
         )
+    return lines
 
-    lines += ["## Training and validation loss", ""]
+
+def _training(facts: RunFacts, out_dir: Path) -> list[str]:
+    """The loss curves with the steps training resumed at, and the checkpoint evaluations."""
+    lines = ["## Training and validation loss", ""]
     _image(
         lines,
         charts.loss_curves(facts.curves, ("train-loss", "val-loss"), out_dir / LOSS_PNG, best=facts.best_job),
@@ -202,8 +206,12 @@ def write_report(facts: RunFacts, out_dir: Path) -> Path:
         "checkpoint evaluations",
         "no checkpoint was evaluated during training",
     )
+    return lines
 
-    lines += ["## Evaluation", ""]
+
+def _evaluation(facts: RunFacts, out_dir: Path) -> list[str]:
+    """The held-out scores against the champion's, per class, and the confusion matrix."""
+    lines = ["## Evaluation", ""]
     ev = facts.evaluation
     lines += _table(
         ["top-1", "top-3", "champion top-1"], [[_fmt(ev.top1), _fmt(ev.top3), _fmt(ev.baseline_top1)]]
@@ -220,8 +228,11 @@ def write_report(facts: RunFacts, out_dir: Path) -> Path:
         "confusion matrix",
         "no confusion matrix recorded",
     )
+    return lines
 
-    lines += ["## Rule checks", ""]
+
+def _rules(facts: RunFacts) -> list[str]:
+    lines = ["## Rule checks", ""]
     if facts.rules:
         lines += _table(
             ["rule", "status", "step", "detail"],
@@ -229,8 +240,11 @@ def write_report(facts: RunFacts, out_dir: Path) -> Path:
         )
     else:
         lines += ["_no rule results recorded_", ""]
+    return lines
 
-    lines += ["## Spot capacity and cost", ""]
+
+def _costs(facts: RunFacts) -> list[str]:
+    """Each job's spot saving and cost, and the run's total (unknown when any job's price is)."""
     cost_rows: list[list[object]] = []
     total_demand = total_billed = 0.0
     priced = True
@@ -265,6 +279,7 @@ def write_report(facts: RunFacts, out_dir: Path) -> Path:
             _usd(total_billed if priced else None),
         ]
     )
+    lines = ["## Spot capacity and cost", ""]
     lines += _table(
         ["job", "instances", "training s", "billable s", "spot saving %", "on-demand cost", "billed cost"],
         cost_rows,
@@ -274,20 +289,39 @@ def write_report(facts: RunFacts, out_dir: Path) -> Path:
         "seconds x instance price; the spot saving is 1 - billable / training seconds.",
         "",
     ]
+    return lines
 
-    lines += ["## CPU/GPU utilisation", ""]
+
+def _utilisation(facts: RunFacts, out_dir: Path) -> list[str]:
+    """A link to the best job's bottleneck report and its heatmaps, when the run has a profile."""
+    lines = ["## CPU/GPU utilisation", ""]
     utilisation = utilisation_report(facts.profile_dir, out_dir)
-    if utilisation is not None:
-        lines += [
-            f"Bottleneck report of `{facts.best_job}`: [{utilisation.name}]"
-            f"({utilisation.relative_to(out_dir).as_posix()})",
-            "",
-        ]
-        for png in sorted(utilisation.parent.glob("*.png")):
-            lines += [f"![{png.stem}]({png.relative_to(out_dir).as_posix()})", ""]
-    else:
-        lines += ["_no system profile for this run_", ""]
+    if utilisation is None:
+        return [*lines, "_no system profile for this run_", ""]
+    lines += [
+        f"Bottleneck report of `{facts.best_job}`: [{utilisation.name}]"
+        f"({utilisation.relative_to(out_dir).as_posix()})",
+        "",
+    ]
+    for png in sorted(utilisation.parent.glob("*.png")):
+        lines += [f"![{png.stem}]({png.relative_to(out_dir).as_posix()})", ""]
+    return lines
 
+
+def write_report(facts: RunFacts, out_dir: Path) -> Path:
+    """`report.md` in `out_dir`, its sections in reading order, with the PNGs it shows beside it."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lines = [
+        *_header(facts),
+        *_uploads(facts),
+        *_data(facts),
+        *_tuning(facts, out_dir),
+        *_training(facts, out_dir),
+        *_evaluation(facts, out_dir),
+        *_rules(facts),
+        *_costs(facts),
+        *_utilisation(facts, out_dir),
+    ]
     path = out_dir / REPORT_FILE
     path.write_text("\n".join(lines), encoding="utf-8")
     return path

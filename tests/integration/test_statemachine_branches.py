@@ -13,7 +13,7 @@ import io
 import json
 import time
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -285,31 +285,48 @@ class Harness:
 
     def invoke(self, function_name: str, payload: dict[str, Any]) -> Any:
         """The Lambda runtime: the handler's plain function with moto clients and the scripted SageMaker."""
-        a, c = self.aws, self.config
-        if function_name == "PrepareRunFunction":
-            return prepare.prepare(payload, config=c, dynamodb=a.dynamodb, s3=a.s3)
-        if function_name == "ImportReportFunction":
-            return import_report.read_report(payload, s3=a.s3)
-        if function_name == "PickBestCandidateFunction":
-            return best_candidate.pick(payload, config=c, dynamodb=a.dynamodb, sagemaker=self.sagemaker)  # type: ignore[arg-type]
-        if function_name == "GateFunction":
-            return gate.gate(payload, config=c, dynamodb=a.dynamodb, s3=a.s3, sagemaker=self.sagemaker)  # type: ignore[arg-type]
-        if function_name == "RegisterModelFunction":
-            return register.register(payload, config=c, dynamodb=a.dynamodb, sagemaker=a.sagemaker)
-        if function_name == "FinalizeRunFunction":
-            return finalize.finalize(
-                payload,
+        handler = self._handlers().get(function_name)
+        if handler is None:
+            raise AssertionError(f"unexpected function {function_name}")
+        return handler(payload)
+
+    def _handlers(self) -> dict[str, Callable[[dict[str, Any]], Any]]:
+        """Each Lambda function of the template, by its logical id, as a call of its plain function."""
+        a, c, scripted = self.aws, self.config, self.sagemaker
+        return {
+            "PrepareRunFunction": lambda p: prepare.prepare(p, config=c, dynamodb=a.dynamodb, s3=a.s3),
+            "ImportReportFunction": lambda p: import_report.read_report(p, s3=a.s3),
+            "PickBestCandidateFunction": lambda p: best_candidate.pick(
+                p,
+                config=c,
+                dynamodb=a.dynamodb,
+                sagemaker=scripted,  # type: ignore[arg-type]
+            ),
+            "GateFunction": lambda p: gate.gate(
+                p,
                 config=c,
                 dynamodb=a.dynamodb,
                 s3=a.s3,
-                sagemaker=self.sagemaker,
-                sfn=None,  # type: ignore[arg-type]
-            )
-        if function_name == "RecordFailureFunction":
-            if self.script.record_failure_breaks:
-                raise RuntimeError("the run table is unreachable")
-            return record_failure.record_failure(payload, config=c, dynamodb=a.dynamodb)
-        raise AssertionError(f"unexpected function {function_name}")
+                sagemaker=scripted,  # type: ignore[arg-type]
+            ),
+            "RegisterModelFunction": lambda p: register.register(
+                p, config=c, dynamodb=a.dynamodb, sagemaker=a.sagemaker
+            ),
+            "FinalizeRunFunction": lambda p: finalize.finalize(
+                p,
+                config=c,
+                dynamodb=a.dynamodb,
+                s3=a.s3,
+                sagemaker=scripted,  # type: ignore[arg-type]
+                sfn=None,
+            ),
+            "RecordFailureFunction": self._record_failure,
+        }
+
+    def _record_failure(self, payload: dict[str, Any]) -> Any:
+        if self.script.record_failure_breaks:
+            raise RuntimeError("the run table is unreachable")
+        return record_failure.record_failure(payload, config=self.config, dynamodb=self.aws.dynamodb)
 
     def upload(self, *keys: str) -> None:
         bodies = [

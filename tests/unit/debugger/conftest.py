@@ -8,7 +8,7 @@ import pytest
 from torch import nn
 
 from retrain_contract import container as contract
-from tests.unit.debugger.loops import train_with_hook
+from tests.unit.debugger.loops import Loop, train_with_hook
 
 
 @pytest.fixture(scope="session")
@@ -19,12 +19,12 @@ def healthy_run(tmp_path_factory: pytest.TempPathFactory) -> contract.Paths:
 @pytest.fixture(scope="session")
 def exploding_run(tmp_path_factory: pytest.TempPathFactory) -> contract.Paths:
     # No ReLU: a huge step cannot kill units (which would be a real vanishing gradient), only blow up.
-    return train_with_hook(tmp_path_factory.mktemp("exploding"), lr=1e8, activation=nn.Identity)
+    return train_with_hook(tmp_path_factory.mktemp("exploding"), Loop(lr=1e8, activation=nn.Identity))
 
 
 @pytest.fixture(scope="session")
 def zero_lr_run(tmp_path_factory: pytest.TempPathFactory) -> contract.Paths:
-    return train_with_hook(tmp_path_factory.mktemp("zero-lr"), lr=0.0)
+    return train_with_hook(tmp_path_factory.mktemp("zero-lr"), Loop(lr=0.0))
 
 
 @pytest.fixture(scope="session")
@@ -32,12 +32,7 @@ def overfit_run(tmp_path_factory: pytest.TempPathFactory) -> contract.Paths:
     # 16 samples with random labels and a wide layer: memorised, while validation loss rises.
     return train_with_hook(
         tmp_path_factory.mktemp("overfit"),
-        train_size=16,
-        noisy_labels=True,
-        steps=60,
-        hidden=128,
-        lr=0.5,
-        eval_every=15,
+        Loop(train_size=16, noisy_labels=True, steps=60, hidden=128, lr=0.5, eval_every=15),
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -27,37 +28,43 @@ def separable_data(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return x, y
 
 
-def train_with_hook(
-    base: Path,
-    *,
-    lr: float = 0.1,
-    steps: int = 30,
-    interval: int = 1,
-    train_size: int = 64,
-    noisy_labels: bool = False,
-    eval_every: int = 10,
-    hidden: int = 16,
-    activation: type[nn.Module] = nn.ReLU,
-    input_scale: float = 1.0,
-    grad_scale: float | None = None,
-) -> contract.Paths:
-    """Train a small MLP for `steps` steps with the hook attached, validating every `eval_every`."""
+@dataclass(frozen=True)
+class Loop:
+    """How `train_with_hook` trains; the defaults are a healthy run on separable data."""
+
+    lr: float = 0.1
+    steps: int = 30
+    interval: int = 1  # the hook saves every `interval` steps
+    train_size: int = 64
+    noisy_labels: bool = False  # random labels: nothing to generalise, only to memorise
+    eval_every: int = 10  # validate after every `eval_every` steps
+    hidden: int = 16
+    activation: type[nn.Module] = nn.ReLU
+    input_scale: float = 1.0
+    grad_scale: float | None = None  # set: mixed precision's loss scaling, starting at this scale
+
+
+HEALTHY = Loop()
+
+
+def train_with_hook(base: Path, loop: Loop = HEALTHY) -> contract.Paths:
+    """Train a small MLP for `loop.steps` steps with the hook attached, validating every `loop.eval_every`."""
     torch.manual_seed(0)
     paths = paths_under(base)
-    model = nn.Sequential(nn.Linear(8, hidden), activation(), nn.Linear(hidden, 2))
+    model = nn.Sequential(nn.Linear(8, loop.hidden), loop.activation(), nn.Linear(loop.hidden, 2))
     loss_fn = nn.CrossEntropyLoss()
-    hook = debugger.attach(model, loss_fn, hook_args(debug_interval=interval), paths)
-    x, y = separable_data(train_size, seed=1)
-    x = x * input_scale
-    if noisy_labels:
+    hook = debugger.attach(model, loss_fn, hook_args(debug_interval=loop.interval), paths)
+    x, y = separable_data(loop.train_size, seed=1)
+    x = x * loop.input_scale
+    if loop.noisy_labels:
         y = torch.randint(0, 2, y.shape, generator=torch.Generator().manual_seed(2))
     vx, vy = separable_data(64, seed=3)
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    scaler = None if grad_scale is None else torch.amp.GradScaler("cpu", init_scale=grad_scale)
+    optimizer = torch.optim.SGD(model.parameters(), lr=loop.lr)
+    scaler = None if loop.grad_scale is None else torch.amp.GradScaler("cpu", init_scale=loop.grad_scale)
     batch = 16
-    for step in range(steps):
+    for step in range(loop.steps):
         debugger.train_mode(hook)
-        start = (step * batch) % train_size
+        start = (step * batch) % loop.train_size
         loss = loss_fn(model(x[start : start + batch]), y[start : start + batch])
         optimizer.zero_grad()
         if scaler is None:
@@ -67,7 +74,7 @@ def train_with_hook(
             scaler.scale(loss).backward()
             scaler.step(optimizer)
             scaler.update()
-        if (step + 1) % eval_every == 0:
+        if (step + 1) % loop.eval_every == 0:
             debugger.eval_mode(hook)
             with torch.no_grad():
                 for vstart in range(0, 64, 32):

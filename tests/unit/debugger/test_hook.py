@@ -9,12 +9,12 @@ from smdebug.trials import create_trial
 from torch import nn
 
 from retrain_training import debugger
-from tests.unit.debugger.loops import hook_args, paths_under, train_with_hook
+from tests.unit.debugger.loops import Loop, hook_args, paths_under, train_with_hook
 
 
 def test_hook_saves_losses_and_gradient_summaries_at_the_interval(tmp_path: Path) -> None:
     # GIVEN a 12-step training run with the hook at interval 4
-    paths = train_with_hook(tmp_path, steps=12, interval=4, eval_every=12)
+    paths = train_with_hook(tmp_path, Loop(steps=12, interval=4, eval_every=12))
 
     # WHEN the tensors are read back as a trial
     trial = create_trial(str(paths.tensors_dir))
@@ -29,7 +29,7 @@ def test_hook_saves_losses_and_gradient_summaries_at_the_interval(tmp_path: Path
 
 def test_hook_watches_the_weight_matrices_not_the_biases(tmp_path: Path) -> None:
     # GIVEN a run of an MLP (two Linear layers: 2-D weights and 1-D biases) with the hook
-    paths = train_with_hook(tmp_path, steps=2, interval=1, eval_every=2)
+    paths = train_with_hook(tmp_path, Loop(steps=2, interval=1, eval_every=2))
 
     # WHEN its tensors are read back
     trial = create_trial(str(paths.tensors_dir))

@@ -9,7 +9,7 @@ from smdebug.trials import create_trial
 from retrain_contract import container as contract
 from retrain_training import rules
 from retrain_training.rules.tensors import TENSOR_RULES
-from tests.unit.debugger.loops import train_with_hook
+from tests.unit.debugger.loops import Loop, train_with_hook
 
 TENSOR_RULE_NAMES = tuple(TENSOR_RULES)
 
@@ -50,7 +50,7 @@ def test_an_issue_names_the_step_and_the_numbers(overfit_run: contract.Paths) ->
 
 def test_loss_scaling_overflow_is_not_an_explosion(tmp_path: Path) -> None:
     # GIVEN a run with mixed precision's loss scaling starting so high that gradients overflow
-    paths = train_with_hook(tmp_path, steps=4, input_scale=100.0, grad_scale=3e38)
+    paths = train_with_hook(tmp_path, Loop(steps=4, input_scale=100.0, grad_scale=3e38))
     trial = create_trial(str(paths.tensors_dir))
     overflowed = [
         name
@@ -68,7 +68,7 @@ def test_loss_scaling_overflow_is_not_an_explosion(tmp_path: Path) -> None:
 
 def test_gradients_that_vanish_are_found(tmp_path: Path) -> None:
     # GIVEN inputs scaled by 1e-12: the first layer's weight gradients are ~1e-12
-    paths = train_with_hook(tmp_path, steps=5, input_scale=1e-12)
+    paths = train_with_hook(tmp_path, Loop(steps=5, input_scale=1e-12))
 
     # WHEN the VanishingGradient rule runs
     (result,) = rules.evaluate(paths.tensors_dir, paths.profile_dir, names=("VanishingGradient",))
