@@ -37,6 +37,7 @@ from retrain.embedded.iam.actions import (
     sync_accesses,
 )
 from retrain.embedded.iam.evaluator import AuthzRequest, PolicyEvaluator
+from retrain_contract import container
 
 UNKNOWN: Final = "*"  # a part of a request known only at run time
 # A name the code builds from an environment variable and a run-time value: <variable's value>*.
@@ -276,7 +277,9 @@ def sagemaker_role_findings(checker: Checker) -> list[Finding]:
         needed = [
             Access("s3:ListBucket", f"arn:aws:s3:::{data}", {"s3:prefix": names.dataset_prefix(dataset)}),
             Access("s3:GetObject", obj(data, names.upload_key(dataset, "daisy", "a.jpg"))),
-            Access("s3:GetObject", obj(artifacts, names.manifest_prefix(dataset, run) + "manifest.jsonl")),
+            Access(
+                "s3:GetObject", obj(artifacts, names.manifest_prefix(dataset, run) + container.MANIFEST_FILE)
+            ),
             Access(
                 "s3:PutObject", obj(artifacts, names.output_prefix(dataset, run) + "job/output/model.tar.gz")
             ),

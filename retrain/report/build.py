@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import importlib
 import logging
 from pathlib import Path
-from typing import Any
 
-import retrain.container_contract  # noqa: F401  (puts training_image/ on sys.path outside pytest)
 from controller import names
 from retrain.pricing import PRICE_DATE, PRICE_REGION, PRICE_SOURCE, job_cost, spot_savings_pct
 from retrain.report import charts
 from retrain.report.facts import RunFacts
+from retrain_contract import container
 
 log = logging.getLogger(__name__)
 
@@ -19,9 +17,9 @@ REPORT_FILE = names.REPORT_FILE
 TUNING_PNG = "tuning_trials.png"
 LOSS_PNG = "loss_curves.png"
 CHECKPOINT_PNG = "checkpoint_evaluations.png"
-CONFUSION_PNG = "confusion_matrix.png"
+CONFUSION_PNG = container.CONFUSION_MATRIX_FILE
+LOSS_METRICS = (container.METRIC_TRAIN_LOSS, container.METRIC_VAL_LOSS)
 UTILISATION_DIR = "utilisation"
-BOTTLENECK_MODULES = ("bottleneck_report", "bottleneck")
 
 
 def _fmt(value: float | None, digits: int = 4) -> str:
@@ -56,27 +54,12 @@ def _image(lines: list[str], path: Path | None, alt: str, missing: str) -> None:
     lines.append("")
 
 
-def _bottleneck_module() -> Any | None:
-    """The Debugger helper's report module (`training_image/bottleneck_report.py`; the name avoids the
-    PyPI package `bottleneck`)."""
-    for name in BOTTLENECK_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError:
-            continue
-        if hasattr(module, "write_report"):
-            return module
-    return None
-
-
 def utilisation_report(profile_dir: Path | None, out_dir: Path) -> Path | None:
     """The Debugger helper's per-job bottleneck report (heatmap + percentiles), when there is a profile."""
     if profile_dir is None or not profile_dir.is_dir():
         return None
-    bottleneck = _bottleneck_module()
-    if bottleneck is None:
-        log.warning("training_image/bottleneck_report.py is missing: no utilisation heatmap")
-        return None
+    from retrain_training import bottleneck_report as bottleneck  # numpy and matplotlib: only when needed
+
     target = out_dir / UTILISATION_DIR
     target.mkdir(parents=True, exist_ok=True)
     try:
@@ -191,7 +174,12 @@ def _training(facts: RunFacts, out_dir: Path) -> list[str]:
     lines = ["## Training and validation loss", ""]
     _image(
         lines,
-        charts.loss_curves(facts.curves, ("train-loss", "val-loss"), out_dir / LOSS_PNG, best=facts.best_job),
+        charts.loss_curves(
+            facts.curves,
+            (container.METRIC_TRAIN_LOSS, container.METRIC_VAL_LOSS),
+            out_dir / LOSS_PNG,
+            best=facts.best_job,
+        ),
         "loss curves",
         "no metric lines in the jobs' logs",
     )
