@@ -35,7 +35,7 @@ $(STAMP): $(REQS)
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy --strict functions/controller retrain
+	$(BIN)/mypy --strict functions/controller contract/retrain_contract retrain
 	$(BIN)/mypy training_image bench
 
 validate: setup package-check

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 # Base directory: /opt/ml on SageMaker, overridable for a plain process (as the training toolkit does).
 BASE_DIR_ENV = "SAGEMAKER_BASE_DIR"
@@ -341,7 +341,45 @@ def rule_check_arguments(system_rule_patience: int) -> list[str]:
     ]
 
 
-def state_machine_spec(*, system_rule_patience: int) -> dict[str, Any]:
+class Channels(TypedDict):
+    train: str
+    manifest: str
+
+
+class EvaluationSpec(TypedDict):
+    entrypoint: list[str]
+    arguments: list[str]
+    model_input: str
+    model_dir: str
+    data_dir: str
+    manifest_dir: str
+    output: str
+    output_dir: str
+
+
+class RuleCheckSpec(TypedDict):
+    entrypoint: list[str]
+    arguments: list[str]
+    input: str
+    training_dir: str
+    output: str
+    output_dir: str
+
+
+class StateMachineSpec(TypedDict):
+    """`$.run.container`: the contract as the state machine's job requests need it."""
+
+    metric_definitions: list[dict[str, str]]
+    objective: dict[str, str]
+    training_environment: dict[str, str]
+    checkpoint_local_path: str
+    debug_hook_local_path: str
+    channels: Channels
+    evaluation: EvaluationSpec
+    rule_check: RuleCheckSpec
+
+
+def state_machine_spec(*, system_rule_patience: int) -> StateMachineSpec:
     """The contract as the state machine reads it, from `$.run.container` (the ASL keeps no copy)."""
     return {
         "metric_definitions": [dict(d) for d in METRIC_DEFINITIONS],

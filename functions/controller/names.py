@@ -212,7 +212,6 @@ def import_token(execution_arn: str) -> str:
 
 
 # Model registry: one package group per data set.
-MODEL_PACKAGE_GROUP_PREFIX_DEFAULT: Final = "retrain-"
 MAX_MODEL_PACKAGE_GROUP_PREFIX: Final = 16  # 16 + a 40-character data set + "-" + 6 hex digits = 63
 
 

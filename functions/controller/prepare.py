@@ -7,6 +7,8 @@ The execution name becomes the run id. The result is the run context every later
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +20,7 @@ from controller.errors import ConfigurationError, DatasetBusyError, InvalidRunIn
 from controller.observability import logger, tracer
 from controller.run_request import parse_request
 from retrain_contract import container
+from retrain_contract.run import Jobs, PrepareResult, Run, RunSettings, Vpc, parse_settings
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -28,7 +31,7 @@ MIN_LABELS = 2
 MAX_IMPORT_PATHS = 100  # CreateDataRepositoryTask's limit on Paths
 
 
-def job_names(dataset: str, execution_arn: str) -> dict[str, str]:
+def job_names(dataset: str, execution_arn: str) -> Jobs:
     """SageMaker job names of a run: unique per execution, within SageMaker's limits (tuning: 32)."""
     stem = f"rt-{names.digest(execution_arn)}-{names.sagemaker_safe(dataset)[:18]}".rstrip("-")
     return {
@@ -40,57 +43,59 @@ def job_names(dataset: str, execution_arn: str) -> dict[str, str]:
     }
 
 
-def _settings(config: Config, overrides: dict[str, Any]) -> dict[str, Any]:
-    return {**config.settings, **overrides}  # the schema admits no null override
+def run_settings(config: Config, overrides: dict[str, Any]) -> RunSettings:
+    """The stack's RUN_SETTINGS with the request's overrides (the schema admits no null override)."""
+    merged: dict[str, Any] = {**config.settings}
+    for key, value in overrides.items():
+        if key in merged:
+            merged[key] = ",".join(value) if isinstance(value, list) else value
+    return parse_settings(merged, source="the run's settings")
 
 
-def _split(value: Any) -> list[str]:
-    if isinstance(value, list):
-        return [str(v) for v in value if str(v)]
-    return [part.strip() for part in str(value or "").split(",") if part.strip()]
+def _split(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
 
 
-def optimizers(settings: dict[str, Any]) -> list[str]:
+def optimizers(settings: Mapping[str, Any]) -> list[str]:
     """The optimizer values the tuning job chooses among (stack parameter Optimizers, or an override)."""
-    chosen = list(dict.fromkeys(_split(settings.get("optimizers", ",".join(container.OPTIMIZERS)))))
+    given = settings["optimizers"]
+    chosen = list(dict.fromkeys(given if isinstance(given, list) else _split(str(given))))
     unknown = [o for o in chosen if o not in container.OPTIMIZERS]
     if unknown or not chosen:
         raise ConfigurationError(
-            f"stack parameter Optimizers is {settings.get('optimizers')!r}: give one or more of "
+            f"stack parameter Optimizers is {given!r}: give one or more of "
             f"{', '.join(container.OPTIMIZERS)}, comma-separated"
         )
     return chosen
 
 
-def parameter_ranges(settings: dict[str, Any]) -> dict[str, Any]:
-    """Tuning's ParameterRanges over the contract's tuned hyperparameters (stack parameters or overrides)."""
+def parameter_ranges(settings: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Tuning's ParameterRanges over the contract's tuned hyperparameters."""
 
-    def log_range(name: str, low: str, high: str) -> dict[str, str]:
+    def log_range(name: str, low: str, high: str) -> dict[str, Any]:
         return {"Name": name, "MinValue": low, "MaxValue": high, "ScalingType": "Logarithmic"}
 
     return {
         "ContinuousParameterRanges": [
-            log_range(
-                container.HP_LR, str(settings.get("lr_min", "0.0001")), str(settings.get("lr_max", "0.1"))
-            ),
+            log_range(container.HP_LR, str(settings["lr_min"]), str(settings["lr_max"])),
             log_range(
                 container.HP_WEIGHT_DECAY,
-                str(settings.get("weight_decay_min", "0.00001")),
-                str(settings.get("weight_decay_max", "0.001")),
+                str(settings["weight_decay_min"]),
+                str(settings["weight_decay_max"]),
             ),
         ],
         "CategoricalParameterRanges": [{"Name": container.HP_OPTIMIZER, "Values": optimizers(settings)}],
     }
 
 
-def balance_policy(settings: dict[str, Any], hyperparameters: dict[str, str]) -> balance.Policy:
-    """The run's manifest policy from the stack's parameters (RUN_SETTINGS) and the request's overrides."""
+def balance_policy(settings: RunSettings, hyperparameters: dict[str, str]) -> balance.Policy:
+    """The run's manifest policy from the stack's parameters and the request's overrides."""
     return balance.Policy(
-        mode=str(settings.get("class_balance", "none")),
-        ratio=float(settings.get("class_balance_ratio", 0.5)),
-        cap=int(settings.get("class_balance_cap", 1000)),
-        min_images=int(settings.get("min_images_per_label", 1)),
-        small_labels=str(settings.get("small_labels", "exclude")),
+        mode=settings["class_balance"],
+        ratio=settings["class_balance_ratio"],
+        cap=settings["class_balance_cap"],
+        min_images=settings["min_images_per_label"],
+        small_labels=settings["small_labels"],
         val_fraction=float(hyperparameters.get(container.HP_VAL_FRACTION, container.VAL_FRACTION_DEFAULT)),
     )
 
@@ -171,27 +176,10 @@ def freeze_manifest(
     }
 
 
-def prepare(
-    event: dict[str, Any],
-    *,
-    config: Config,
-    dynamodb: DynamoDBClient,
-    s3: S3Client,
-    now: datetime | None = None,
+def take_lock(
+    dataset: str, run_id: str, at: str, *, config: Config, dynamodb: DynamoDBClient
 ) -> dict[str, Any]:
-    """The run context: names, channels, limits and flags every later state reads."""
-    execution_name = str(event.get("execution_name", ""))
-    execution_arn = str(event.get("execution_arn", execution_name))
-    request = parse_request(event.get("input"))
-    if request.run_id is not None and request.run_id != execution_name:
-        raise InvalidRunInputError(
-            f"run_id {request.run_id!r} differs from the execution name {execution_name!r}; "
-            "leave run_id out of a manual start (the execution name is the run id)"
-        )
-    run_id = execution_name
-    dataset = request.dataset
-    at = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
+    """Hold the data set's lock for this run (runs of a data set never overlap); its state."""
     state = datasets.get(dataset, table_name=config.datasets_table, client=dynamodb)
     holder = state.get(names.LOCK_ATTRIBUTE)
     if holder and holder != run_id:
@@ -204,139 +192,183 @@ def prepare(
         and datasets.acquire(dataset, run_id, at, table_name=config.datasets_table, client=dynamodb) is None
     ):
         raise DatasetBusyError(f"another run of data set {dataset!r} took its lock first; start again later")
+    return state
 
+
+def open_record(
+    dataset: str, run_id: str, trigger: str, at: str, *, config: Config, dynamodb: DynamoDBClient
+) -> None:
     record: runs.RunRecord = {
         "dataset": dataset,
         "run_id": run_id,
         "status": "RUNNING",
-        "trigger": request.trigger,
+        "trigger": trigger,
         "created_at": at,
     }
     if not runs.put_run(record, table_name=config.runs_table, client=dynamodb):
         runs.update_run(dataset, run_id, {"status": "RUNNING"}, table_name=config.runs_table, client=dynamodb)
 
-    settings = _settings(config, request.overrides)
-    vpc = {
-        "Subnets": _split(settings.get("subnets")),
-        "SecurityGroupIds": _split(settings.get("security_groups")),
+
+def vpc_of(settings: RunSettings) -> Vpc:
+    vpc: Vpc = {
+        "Subnets": _split(settings["subnets"]),
+        "SecurityGroupIds": _split(settings["security_groups"]),
     }
     if not vpc["Subnets"] or not vpc["SecurityGroupIds"]:
         raise ConfigurationError(
             "the stack has no SubnetIds or SecurityGroupIds; SageMaker jobs (and FSx) run in a VPC. "
             "Update the stack with both parameters."
         )
-    fixed = request.overrides.get("hyperparameters")  # given: train once with them, no tuning
-    fixed_hyperparameters = {k: _hp(v) for k, v in (fixed or {}).items()}
-    policy = balance_policy(settings, fixed_hyperparameters)
-    summary = freeze_manifest(dataset, run_id, config=config, dynamodb=dynamodb, s3=s3, policy=policy)
-    jobs = job_names(dataset, execution_arn)
-    artifact = f"s3://{config.artifact_bucket}/"
-    data_source = str(settings.get("data_source", "s3"))
-    data_prefix = f"s3://{config.data_bucket}/{names.dataset_prefix(dataset)}"
-    spot = bool(settings.get("spot", False))
-    max_runtime = int(settings.get("max_runtime_seconds", 3600))
-    stopping: dict[str, int] = {"MaxRuntimeInSeconds": max_runtime}
-    if spot:
-        stopping["MaxWaitTimeInSeconds"] = max(
-            int(settings.get("max_wait_seconds", max_runtime)), max_runtime
-        )
+    return vpc
 
-    if data_source == "fsx":
-        mount = str(settings.get("file_system_mount_name", ""))
-        train_source: dict[str, Any] = {
+
+def stopping_condition(settings: RunSettings) -> dict[str, int]:
+    """MaxRuntimeInSeconds, and with spot MaxWaitTimeInSeconds (never below the runtime)."""
+    max_runtime = settings["max_runtime_seconds"]
+    stopping = {"MaxRuntimeInSeconds": max_runtime}
+    if settings["spot"]:
+        stopping["MaxWaitTimeInSeconds"] = max(settings["max_wait_seconds"], max_runtime)
+    return stopping
+
+
+def train_channel(settings: RunSettings, data_prefix: str, dataset: str) -> tuple[dict[str, Any], str]:
+    """The train channel's DataSource and InputMode: FSx for Lustre (read-only) or S3 (FastFile)."""
+    if settings["data_source"] == "fsx":
+        directory = f"/{settings['file_system_mount_name']}/{names.dataset_prefix(dataset)}"
+        source = {
             "FileSystemDataSource": {
-                "FileSystemId": settings.get("file_system_id", ""),
+                "FileSystemId": settings["file_system_id"],
                 "FileSystemType": "FSxLustre",
                 "FileSystemAccessMode": "ro",
-                "DirectoryPath": f"/{mount}/{names.dataset_prefix(dataset)}".replace("//", "/").rstrip("/"),
+                "DirectoryPath": directory.replace("//", "/").rstrip("/"),
             }
         }
-        input_mode = "File"
-    else:
-        train_source = {
-            "S3DataSource": {
-                "S3DataType": "S3Prefix",
-                "S3Uri": data_prefix,
-                "S3DataDistributionType": "FullyReplicated",
-            }
+        return source, "File"
+    source = {
+        "S3DataSource": {
+            "S3DataType": "S3Prefix",
+            "S3Uri": data_prefix,
+            "S3DataDistributionType": "FullyReplicated",
         }
-        input_mode = "FastFile"
-
-    static = {
-        container.HP_MODEL: str(settings.get("model", "resnet18")),
-        container.HP_EPOCHS: str(settings.get("epochs", 3)),
-        container.HP_IMAGE_SIZE: str(settings.get("image_size", 224)),
-        container.HP_BATCH_SIZE: str(settings.get("batch_size", 32)),
-        container.HP_CHECKPOINT_EVERY: str(settings.get("checkpoint_every_steps", 50)),
-        container.HP_CROP_SCALE_MIN: str(settings.get("crop_scale_min", 0.08)),
     }
-    hyperparameters = {**static, **fixed_hyperparameters}
-    champion = state.get("champion") or {}
-    parent = state.get("last_tuning_job")
+    return source, "FastFile"
 
-    run: dict[str, Any] = {
+
+def static_hyperparameters(settings: RunSettings) -> dict[str, str]:
+    """The hyperparameters every job of the run gets from the stack's parameters (or overrides)."""
+    return {
+        container.HP_MODEL: settings["model"],
+        container.HP_EPOCHS: str(settings["epochs"]),
+        container.HP_IMAGE_SIZE: str(settings["image_size"]),
+        container.HP_BATCH_SIZE: str(settings["batch_size"]),
+        container.HP_CHECKPOINT_EVERY: str(settings["checkpoint_every_steps"]),
+        container.HP_CROP_SCALE_MIN: str(settings["crop_scale_min"]),
+    }
+
+
+def artifact_uris(bucket: str, dataset: str, run_id: str) -> dict[str, str]:
+    """The run's S3 locations in the artifact bucket, by the run key that holds each."""
+    artifact = f"s3://{bucket}/"
+    return {
+        "manifest_s3_uri": artifact + names.manifest_prefix(dataset, run_id),
+        "output_s3_uri": artifact + names.output_prefix(dataset, run_id),
+        "checkpoint_s3_uri": artifact + names.checkpoint_prefix(dataset, run_id),
+        "rules_s3_uri": artifact + names.rules_prefix(dataset, run_id),
+        "challenger_s3_uri": artifact + names.evaluation_prefix(dataset, run_id, "challenger"),
+        "champion_s3_uri": artifact + names.evaluation_prefix(dataset, run_id, "champion"),
+    }
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a run is built from: the request, the stack's settings, the data set's state, the manifest."""
+
+    dataset: str
+    run_id: str
+    execution_arn: str
+    trigger: str
+    settings: RunSettings
+    fixed: dict[str, str] | None  # fixed hyperparameters: train once with them, no tuning
+    state: dict[str, Any]  # the data set's row (champion, last tuning job)
+    summary: dict[str, Any]  # freeze_manifest's
+
+
+def build_run(ctx: Context, config: Config) -> Run:
+    """The run context every later state reads ($.run)."""
+    settings, dataset, run_id = ctx.settings, ctx.dataset, ctx.run_id
+    data_prefix = f"s3://{config.data_bucket}/{names.dataset_prefix(dataset)}"
+    uris = artifact_uris(config.artifact_bucket, dataset, run_id)
+    train_source, input_mode = train_channel(settings, data_prefix, dataset)
+    static = static_hyperparameters(settings)
+    champion = ctx.state.get("champion") or {}
+    parent = str(ctx.state.get("last_tuning_job") or "")
+    return {
         "dataset": dataset,
         "run_id": run_id,
-        "trigger": request.trigger,
-        "jobs": jobs,
-        "labels": summary["labels"],
-        "manifest_size": summary["size"],
-        "new_images": summary["new"],
-        "data_source": data_source,
-        "import_needed": data_source == "fsx" and summary["new"] > 0,
-        "file_system_id": settings.get("file_system_id", ""),
-        "import_paths": import_paths(data_prefix, summary["new_labels"]),
-        "import_token": names.import_token(execution_arn),
+        "trigger": ctx.trigger,
+        "jobs": job_names(dataset, ctx.execution_arn),
+        "labels": ctx.summary["labels"],
+        "manifest_size": ctx.summary["size"],
+        "new_images": ctx.summary["new"],
+        "data_source": settings["data_source"],
+        "import_needed": settings["data_source"] == "fsx" and ctx.summary["new"] > 0,
+        "file_system_id": settings["file_system_id"],
+        "import_paths": import_paths(data_prefix, ctx.summary["new_labels"]),
+        "import_token": names.import_token(ctx.execution_arn),
         "import_report_path": f"s3://{config.data_bucket}/{names.fsx_report_prefix(dataset, run_id)}",
-        "import_poll_seconds": int(settings.get("import_poll_seconds", 30)),
-        "import_max_polls": int(settings.get("import_max_polls", 120)),
+        "import_poll_seconds": settings["import_poll_seconds"],
+        "import_max_polls": settings["import_max_polls"],
         "train_data_source": train_source,
         "train_input_mode": input_mode,
         "data_s3_uri": data_prefix,
-        "manifest_s3_uri": f"{artifact}{names.manifest_prefix(dataset, run_id)}",
-        "output_s3_uri": f"{artifact}{names.output_prefix(dataset, run_id)}",
-        "checkpoint_s3_uri": f"{artifact}{names.checkpoint_prefix(dataset, run_id)}",
-        "rules_s3_uri": f"{artifact}{names.rules_prefix(dataset, run_id)}",
-        "challenger_s3_uri": f"{artifact}{names.evaluation_prefix(dataset, run_id, 'challenger')}",
-        "champion_s3_uri": f"{artifact}{names.evaluation_prefix(dataset, run_id, 'champion')}",
-        "training_image": str(settings.get("training_image", "")),
-        "instance_type": str(settings.get("instance_type", "ml.m5.xlarge")),
-        "instance_count": int(settings.get("instance_count", 1)),
-        "volume_size_gb": int(settings.get("volume_size_gb", 30)),
-        "evaluation_instance_type": str(settings.get("evaluation_instance_type", "ml.m5.xlarge")),
-        "spot": spot,
-        "stopping_condition": stopping,
-        "tuning_strategy": str(settings.get("tuning_strategy", "Bayesian")),
-        "max_jobs": int(settings.get("max_jobs", 4)),
-        "parallel_jobs": int(settings.get("parallel_jobs", 1)),
+        "manifest_s3_uri": uris["manifest_s3_uri"],
+        "output_s3_uri": uris["output_s3_uri"],
+        "checkpoint_s3_uri": uris["checkpoint_s3_uri"],
+        "rules_s3_uri": uris["rules_s3_uri"],
+        "challenger_s3_uri": uris["challenger_s3_uri"],
+        "champion_s3_uri": uris["champion_s3_uri"],
+        "training_image": settings["training_image"],
+        "instance_type": settings["instance_type"],
+        "instance_count": settings["instance_count"],
+        "volume_size_gb": settings["volume_size_gb"],
+        "evaluation_instance_type": settings["evaluation_instance_type"],
+        "spot": settings["spot"],
+        "stopping_condition": stopping_condition(settings),
+        "vpc": vpc_of(settings),
+        "tags": [{"Key": names.TAG_DATASET, "Value": dataset}, {"Key": names.TAG_RUN_ID, "Value": run_id}],
+        "tuning_strategy": settings["tuning_strategy"],
+        "max_jobs": settings["max_jobs"],
+        "parallel_jobs": settings["parallel_jobs"],
         "parameter_ranges": parameter_ranges(settings),
-        "container": container.state_machine_spec(
-            system_rule_patience=int(settings.get("system_rule_patience", 1000))
-        ),
+        "container": container.state_machine_spec(system_rule_patience=settings["system_rule_patience"]),
         "static_hyperparameters": static,
-        "hyperparameters": hyperparameters,
-        "fixed_hyperparameters": fixed is not None,
-        "final_training": fixed is not None or bool(settings.get("final_training", True)),
+        "hyperparameters": {**static, **(ctx.fixed or {})},
+        "fixed_hyperparameters": ctx.fixed is not None,
+        "final_training": ctx.fixed is not None or settings["final_training"],
         "warm_start": bool(parent),
-        "warm_start_parent": str(parent or ""),
-        "debugger_mode": str(settings.get("debugger_mode", "open")),
+        "warm_start_parent": parent,
+        "debugger_mode": settings["debugger_mode"],
         "has_champion": bool(champion.get("model_data")),
         "champion_model_data": str(champion.get("model_data", "")),
         "champion_model_package_arn": str(champion.get("model_package_arn", "")),
-        "vpc": vpc,
-        "tags": [{"Key": names.TAG_DATASET, "Value": dataset}, {"Key": names.TAG_RUN_ID, "Value": run_id}],
     }
+
+
+def record_prepared(
+    run: Run, ctx: Context, policy: balance.Policy, at: str, *, config: Config, dynamodb: DynamoDBClient
+) -> None:
+    summary = ctx.summary
     runs.update_run(
-        dataset,
-        run_id,
+        ctx.dataset,
+        ctx.run_id,
         {
-            "execution_arn": execution_arn,
+            "execution_arn": ctx.execution_arn,
             "updated_at": at,
             "manifest_uri": run["manifest_s3_uri"] + container.MANIFEST_FILE,
             "manifest_size": summary["size"],
             "new_images": summary["new"],
             "labels": summary["labels"],
-            "data_source": data_source,
+            "data_source": run["data_source"],
             "class_balance": policy.record(),
             "class_counts": summary["class_counts"],
             "excluded_labels": summary["excluded_labels"],
@@ -345,9 +377,40 @@ def prepare(
         table_name=config.runs_table,
         client=dynamodb,
     )
+
+
+def prepare(
+    event: dict[str, Any],
+    *,
+    config: Config,
+    dynamodb: DynamoDBClient,
+    s3: S3Client,
+    now: datetime | None = None,
+) -> PrepareResult:
+    """Check the request, hold the lock, open the run record, freeze the manifest: the run context."""
+    execution_name = str(event.get("execution_name", ""))
+    execution_arn = str(event.get("execution_arn", execution_name))
+    request = parse_request(event.get("input"))
+    if request.run_id is not None and request.run_id != execution_name:
+        raise InvalidRunInputError(
+            f"run_id {request.run_id!r} differs from the execution name {execution_name!r}; "
+            "leave run_id out of a manual start (the execution name is the run id)"
+        )
+    run_id, dataset = execution_name, request.dataset
+    at = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    state = take_lock(dataset, run_id, at, config=config, dynamodb=dynamodb)
+    open_record(dataset, run_id, request.trigger, at, config=config, dynamodb=dynamodb)
+
+    settings = run_settings(config, request.overrides)
+    vpc_of(settings)  # before the manifest: a stack without a VPC fails at once
+    given = request.overrides.get("hyperparameters")
+    fixed = {k: _hp(v) for k, v in given.items()} if given is not None else None
+    policy = balance_policy(settings, fixed or {})
+    summary = freeze_manifest(dataset, run_id, config=config, dynamodb=dynamodb, s3=s3, policy=policy)
+    ctx = Context(dataset, run_id, execution_arn, request.trigger, settings, fixed, state, summary)
+    run = build_run(ctx, config)
+    record_prepared(run, ctx, policy, at, config=config, dynamodb=dynamodb)
     logger.info("run prepared", extra={"dataset": dataset, "run_id": run_id, "images": summary["size"]})
-    # `import` exists from the start, so later states can read it whether or not FSx imported anything;
-    # `api_retry` counts the state machine's retries of transient SageMaker API errors.
     return {"run": run, "import": {"task_id": "", "polls": 0}, "api_retry": {"count": 0, "wait": 0}}
 
 
@@ -366,5 +429,5 @@ def _hp(value: str | int | float | bool) -> str:
 
 @tracer.capture_lambda_handler
 @logger.inject_lambda_context
-def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+def handler(event: dict[str, Any], context: LambdaContext) -> PrepareResult:
     return prepare(event, config=get_config(), dynamodb=boto3.client("dynamodb"), s3=boto3.client("s3"))

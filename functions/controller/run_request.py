@@ -28,7 +28,7 @@ from controller.errors import InvalidRunInputError
 from retrain_contract import container
 
 TRIGGERS: Final = ("schedule", "upload", "manual")
-MODELS: Final = ("resnet18", "resnet34", "resnet50")
+MODELS: Final = container.MODELS
 TUNING_STRATEGIES: Final = ("Bayesian", "Random")
 DATA_SOURCES: Final = ("fsx", "s3")
 MAX_SECONDS: Final = 28 * 86400  # SageMaker's MaxRuntimeInSeconds ceiling

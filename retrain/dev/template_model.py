@@ -183,3 +183,17 @@ def resolved_resources(template: Template) -> dict[str, Any]:
         for logical_id, resource in template.translated["Resources"].items()
         if template.exists(resource)
     }
+
+
+def function_environment(template: Template, function: str) -> dict[str, str]:
+    """A function's environment as the stack sets it (the transform merges the Globals in)."""
+    variables = template.translated["Resources"][function]["Properties"].get("Environment", {})
+    resolved = template.resolve(copy.deepcopy(variables.get("Variables", {})))
+    return {name: str(value) for name, value in resolved.items()}
+
+
+@functools.cache
+def default_environment(function: str = "PrepareRunFunction") -> dict[str, str]:
+    """`function`'s environment with every parameter at its default: what tests configure Lambdas with,
+    so that the template stays the one source of the stack's defaults."""
+    return function_environment(load(), function)

@@ -135,7 +135,15 @@ def test_the_state_machine_spec_is_the_contract() -> None:
 
 
 def test_tuned_ranges_name_contract_hyperparameters() -> None:
-    ranges = prepare.parameter_ranges({"optimizers": "sgd"})
+    ranges = prepare.parameter_ranges(
+        {
+            "optimizers": "sgd",
+            "lr_min": "0.001",
+            "lr_max": "0.1",
+            "weight_decay_min": "0",
+            "weight_decay_max": "0",
+        }
+    )
     tuned = {r["Name"] for kind in ranges.values() for r in kind}
     assert tuned == set(container.TUNED_HYPERPARAMETERS) <= set(container.HYPERPARAMETER_NAMES)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -61,19 +62,38 @@ def moto_aws(config: dict[str, Any] | None = None) -> Iterator[Aws]:
 
 
 def make_config(aws: Aws, **policy: int) -> Any:
-    from controller.config import Config, DispatchPolicy
+    """The Lambdas' Config as template.yaml sets it with its defaults, on this moto account's resources,
+    with a VPC (the template leaves it to the deployer) and MinImagesPerLabel 1 (the tests freeze a
+    handful of images; the per-label minimum has tests of its own)."""
+    import json
 
-    return Config(
-        data_bucket=aws.data_bucket,
-        artifact_bucket=aws.artifact_bucket,
-        ledger_table=aws.ledger_table,
-        runs_table=aws.runs_table,
-        datasets_table=aws.datasets_table,
-        state_machine_arn=aws.state_machine_arn,
-        topic_arn=aws.topic_arn,
-        sagemaker_role_arn="arn:aws:iam::123456789012:role/retrain-sagemaker",
-        policy=DispatchPolicy(**policy) if policy else DispatchPolicy(),
-        settings={"subnets": "subnet-1", "security_groups": "sg-1"},
+    from controller import names
+    from controller.config import DispatchPolicy, from_environ
+    from retrain.dev.template_model import default_environment
+
+    environment = dict(default_environment())
+    settings = {
+        **json.loads(environment[names.ENV_SETTINGS]),
+        "subnets": "subnet-1",
+        "security_groups": "sg-1",
+        "min_images_per_label": 1,
+    }
+    config = from_environ(
+        {
+            **environment,
+            names.ENV_DATA_BUCKET: aws.data_bucket,
+            names.ENV_ARTIFACT_BUCKET: aws.artifact_bucket,
+            names.ENV_LEDGER_TABLE: aws.ledger_table,
+            names.ENV_RUNS_TABLE: aws.runs_table,
+            names.ENV_DATASETS_TABLE: aws.datasets_table,
+            names.ENV_STATE_MACHINE_ARN: aws.state_machine_arn,
+            names.ENV_TOPIC_ARN: aws.topic_arn,
+            names.ENV_SAGEMAKER_ROLE_ARN: "arn:aws:iam::123456789012:role/retrain-sagemaker",
+            names.ENV_SETTINGS: json.dumps(settings),
+        }
+    )
+    return dataclasses.replace(
+        config, policy=DispatchPolicy(**{**dataclasses.asdict(config.policy), **policy})
     )
 
 

@@ -104,8 +104,11 @@ def test_the_scheduled_handler_reads_its_configuration_from_the_environment(aws,
     # GIVEN the environment the template gives the dispatch function, and due uploads
     from controller import config as config_module
     from controller import names
+    from retrain.dev.template_model import default_environment
 
     env = {
+        **default_environment("DispatchFunction"),
+        names.ENV_TOPIC_ARN: aws.topic_arn,
         names.ENV_DATA_BUCKET: aws.data_bucket,
         names.ENV_ARTIFACT_BUCKET: aws.artifact_bucket,
         names.ENV_LEDGER_TABLE: aws.ledger_table,

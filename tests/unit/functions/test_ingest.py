@@ -206,8 +206,11 @@ def test_the_lambda_handler_reads_its_environment_and_reports_partial_failures(
 ):
     # GIVEN the environment the template gives the ingest function
     from controller import config as config_module
+    from retrain.dev.template_model import default_environment
 
     env = {
+        **default_environment("IngestFunction"),
+        names.ENV_TOPIC_ARN: aws.topic_arn,
         names.ENV_DATA_BUCKET: aws.data_bucket,
         names.ENV_ARTIFACT_BUCKET: aws.artifact_bucket,
         names.ENV_LEDGER_TABLE: aws.ledger_table,

@@ -122,7 +122,9 @@ def test_prepare_refuses_a_stack_without_a_vpc(aws, config, events_dir):
     from controller.errors import ConfigurationError
 
     _upload(aws, config, events_dir, "data/flowers/daisy/a.jpg", "data/flowers/tulip/b.png")
-    without_vpc = dataclasses.replace(config, settings={})
+    without_vpc = dataclasses.replace(
+        config, settings={**config.settings, "subnets": "", "security_groups": ""}
+    )
     with pytest.raises(ConfigurationError, match="SubnetIds or SecurityGroupIds"):
         _prepare(aws, without_vpc, {"dataset": "flowers"})
 
@@ -376,7 +378,6 @@ def test_prepare_passes_the_stack_training_settings_as_static_hyperparameters(aw
 @pytest.mark.parametrize(
     ("stack", "overrides", "expected"),
     [
-        (None, {}, ["sgd", "adamw"]),  # a stack that predates the parameter: both, as before
         ("sgd,adamw", {}, ["sgd", "adamw"]),
         ("sgd", {}, ["sgd"]),
         ("sgd,adamw", {"optimizers": ["adamw"]}, ["adamw"]),
@@ -387,9 +388,7 @@ def test_the_tuning_job_chooses_among_the_stacks_optimizers_or_the_requests(
 ):
     # GIVEN a stack's Optimizers parameter (and a request that may override it)
     _upload(aws, config, events_dir, "data/flowers/daisy/a.jpg", "data/flowers/tulip/b.png")
-    settings = {k: v for k, v in config.settings.items() if k != "optimizers"}
-    if stack is not None:
-        settings["optimizers"] = stack
+    settings = {**config.settings, "optimizers": stack}
     # WHEN a run is prepared
     run = _prepare(
         aws, dataclasses.replace(config, settings=settings), {"dataset": "flowers", "overrides": overrides}

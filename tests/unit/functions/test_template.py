@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import re
@@ -140,17 +141,69 @@ def _render_settings(text: str, values: dict[str, str]) -> dict[str, Any]:
     return json.loads(rendered)
 
 
-def test_run_settings_render_as_json_from_the_parameter_defaults(template):
-    # GIVEN the parameter defaults (numbers and true/false are substituted unquoted)
-    values = {k: str(v.get("Default", "subnet-1")) for k, v in template["Parameters"].items()}
-    # WHEN the RUN_SETTINGS Fn::Sub strings are filled in
-    for function in ("PrepareRunFunction", "CheckpointEvaluationFunction"):
-        sub = template["Resources"][function]["Properties"]["Environment"]["Variables"][names.ENV_SETTINGS]
-        settings = _render_settings(sub["Fn::Sub"][0], values)
-        # THEN they are JSON objects with the keys the code reads
-        assert settings["training_image"] == values["TrainingImageUri"]
-        assert "evaluation_instance_type" in settings
-    assert settings is not None
+def _settings_parameters(template) -> dict[str, str]:
+    """RUN_SETTINGS key -> the template parameter it renders ("epochs": ${Epochs})."""
+    sub = template["Globals"]["Function"]["Environment"]["Variables"][names.ENV_SETTINGS]["Fn::Sub"]
+    pairs = dict(re.findall(r'"([a-z_]+)": "?\$\{([A-Za-z0-9]+)\}', sub[0]))
+    aliases = {
+        alias: next(iter(v.values()))["Ref"]
+        if isinstance(v, dict) and "Ref" in next(iter(v.values()), {})
+        else alias
+        for alias, v in sub[1].items()
+    }
+    return {key: aliases.get(param, param) for key, param in pairs.items()}
+
+
+def test_run_settings_render_every_setting_the_run_reads_from_the_parameter_defaults():
+    from retrain.dev.template_model import default_environment
+    from retrain_contract.run import RunSettings, parse_settings
+
+    # WHEN the template's RUN_SETTINGS renders with every parameter at its default
+    rendered = default_environment("PrepareRunFunction")[names.ENV_SETTINGS]
+    # THEN it holds every key of RunSettings, each of its type (parse_settings raises otherwise)
+    assert parse_settings(rendered).keys() == RunSettings.__annotations__.keys()
+
+
+def test_a_setting_the_template_does_not_render_is_refused():
+    from retrain.dev.template_model import default_environment
+    from retrain_contract.run import SettingsError, parse_settings
+
+    settings = json.loads(default_environment("PrepareRunFunction")[names.ENV_SETTINGS])
+    del settings["epochs"]
+    with pytest.raises(SettingsError, match="lacks epochs"):
+        parse_settings(settings)
+    with pytest.raises(SettingsError, match="epochs='ten'"):
+        parse_settings({**settings, "epochs": "ten"})
+
+
+def test_every_function_gets_the_stacks_parameters_and_no_code_default_remains(template):
+    from controller import config
+
+    # every function's environment (Globals included) configures it without a fallback
+    from retrain.dev.template_model import default_environment
+
+    for logical_id, resource in template["Resources"].items():
+        if resource["Type"] == "AWS::Serverless::Function":
+            config.from_environ(default_environment(logical_id))
+    fields = {f.name: f for f in dataclasses.fields(config.Config)}
+    defaulted = {n for n, f in fields.items() if f.default is not dataclasses.MISSING}
+    assert defaulted == {"state_machine_arn", "sagemaker_role_arn"}  # resources, not parameters
+
+
+def test_the_manual_start_overrides_admit_what_the_template_parameters_admit(template):
+    from controller import run_request
+
+    parameters = _settings_parameters(template)
+    overrides = run_request.OVERRIDES_SCHEMA["properties"]
+    # THEN every override is a run setting (or the fixed hyperparameters)
+    assert set(overrides) - {"hyperparameters"} <= set(parameters)
+    compared = []
+    for key, schema in overrides.items():
+        declared = template["Parameters"].get(parameters.get(key, ""), {})
+        if "enum" in schema and "AllowedValues" in declared:
+            assert sorted(map(str, schema["enum"])) == sorted(map(str, declared["AllowedValues"])), key
+            compared.append(key)
+    assert {"model", "tuning_strategy", "data_source", "class_balance", "small_labels"} <= set(compared)
 
 
 def test_the_optimizers_parameter_admits_the_containers_optimizers_only(template):

@@ -1,0 +1,171 @@
+"""The run: the stack's run settings (RUN_SETTINGS) and the run context Prepare hands the state machine.
+
+`RunSettings` is what template.yaml's RUN_SETTINGS holds, key for key, with no defaults here: the
+template's parameters are the one source. `Run` is `$.run`, the execution's context that Prepare
+builds and the state machine, the Lambdas, the CLI and the report read; a test holds every JSONPath the
+ASL reads against it (tests/unit/test_run_context.py).
+"""
+
+from __future__ import annotations
+
+import json
+import typing
+from collections.abc import Mapping
+from typing import Any, TypedDict
+
+from retrain_contract.container import StateMachineSpec
+
+
+class RunSettings(TypedDict):
+    """The template's training and tuning parameters, as RUN_SETTINGS renders them."""
+
+    training_image: str
+    instance_type: str
+    instance_count: int
+    evaluation_instance_type: str
+    volume_size_gb: int
+    model: str
+    epochs: int
+    image_size: int
+    batch_size: int
+    crop_scale_min: float
+    checkpoint_every_steps: int
+    spot: bool
+    max_runtime_seconds: int
+    max_wait_seconds: int
+    final_training: bool
+    tuning_strategy: str
+    max_jobs: int
+    parallel_jobs: int
+    lr_min: str
+    lr_max: str
+    weight_decay_min: str
+    weight_decay_max: str
+    optimizers: str
+    data_source: str
+    file_system_id: str
+    file_system_mount_name: str
+    subnets: str
+    security_groups: str
+    import_poll_seconds: int
+    import_max_polls: int
+    debugger_mode: str
+    class_balance: str
+    class_balance_ratio: float
+    class_balance_cap: int
+    min_images_per_label: int
+    small_labels: str
+    system_rule_patience: int
+
+
+class SettingsError(ValueError):
+    """RUN_SETTINGS lacks a key or holds a value of the wrong type."""
+
+
+_JSON_TYPES: dict[Any, tuple[type, ...]] = {str: (str,), int: (int,), float: (int, float), bool: (bool,)}
+
+
+def parse_settings(raw: str | Mapping[str, Any], *, source: str = "RUN_SETTINGS") -> RunSettings:
+    """RUN_SETTINGS checked key by key against `RunSettings`: every key present, each of its type."""
+    values = json.loads(raw) if isinstance(raw, str) else dict(raw)
+    if not isinstance(values, dict):
+        raise SettingsError(f"{source} must be a JSON object; deploy with template.yaml")
+    hints = typing.get_type_hints(RunSettings)
+    missing = sorted(set(hints) - set(values))
+    if missing:
+        raise SettingsError(f"{source} lacks {', '.join(missing)}; deploy with template.yaml")
+    wrong = [
+        f"{key}={values[key]!r} (expected {kind.__name__})"
+        for key, kind in hints.items()
+        if not isinstance(values[key], _JSON_TYPES[kind])
+        or (kind is not bool and isinstance(values[key], bool))
+    ]
+    if wrong:
+        raise SettingsError(f"{source} has {'; '.join(wrong)}; fix the stack parameters")
+    return typing.cast(RunSettings, {key: values[key] for key in hints})
+
+
+class Jobs(TypedDict):
+    """The SageMaker job names of a run."""
+
+    tuning: str
+    training: str
+    rules: str
+    challenger: str
+    champion: str
+
+
+class Vpc(TypedDict):
+    Subnets: list[str]
+    SecurityGroupIds: list[str]
+
+
+class Tag(TypedDict):
+    Key: str
+    Value: str
+
+
+class Run(TypedDict):
+    """`$.run`: built once by Prepare, read by every later state."""
+
+    dataset: str
+    run_id: str
+    trigger: str
+    jobs: Jobs
+    labels: list[str]
+    manifest_size: int
+    new_images: int
+    # FSx for Lustre: whether and what to import before training
+    data_source: str
+    import_needed: bool
+    file_system_id: str
+    import_paths: list[str]
+    import_token: str
+    import_report_path: str
+    import_poll_seconds: int
+    import_max_polls: int
+    # where the jobs read and write
+    train_data_source: dict[str, Any]  # the train channel's DataSource (S3DataSource | FileSystemDataSource)
+    train_input_mode: str
+    data_s3_uri: str
+    manifest_s3_uri: str
+    output_s3_uri: str
+    checkpoint_s3_uri: str
+    rules_s3_uri: str
+    challenger_s3_uri: str
+    champion_s3_uri: str
+    # the jobs' resources and limits
+    training_image: str
+    instance_type: str
+    instance_count: int
+    volume_size_gb: int
+    evaluation_instance_type: str
+    spot: bool
+    stopping_condition: dict[str, int]
+    vpc: Vpc
+    tags: list[Tag]
+    # tuning and training
+    tuning_strategy: str
+    max_jobs: int
+    parallel_jobs: int
+    parameter_ranges: dict[str, list[dict[str, Any]]]  # tuning's ParameterRanges
+    container: StateMachineSpec
+    static_hyperparameters: dict[str, str]
+    hyperparameters: dict[str, str]
+    fixed_hyperparameters: bool
+    final_training: bool
+    warm_start: bool
+    warm_start_parent: str
+    debugger_mode: str
+    # the champion the challenger must beat
+    has_champion: bool
+    champion_model_data: str
+    champion_model_package_arn: str
+
+
+# Prepare's result, the execution's state: the run, and the counters later states update. `import`
+# (the FSx import task) exists from the start so later states read it whether or not FSx imported
+# anything; `api_retry` counts the state machine's retries of transient SageMaker API errors.
+PrepareResult = TypedDict(
+    "PrepareResult", {"run": Run, "import": dict[str, Any], "api_retry": dict[str, int]}
+)
