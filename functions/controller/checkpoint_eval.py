@@ -10,10 +10,9 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING, Any
 
-import boto3
 from botocore.exceptions import ClientError
 
-from controller import container, names, runs
+from controller import clients, container, names, runs
 from controller.config import Config, get_config
 from controller.observability import logger, metrics, tracer
 from controller.runs import serialize
@@ -234,7 +233,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return evaluate_checkpoints(
         event,
         config=get_config(),
-        dynamodb=boto3.client("dynamodb"),
-        sagemaker=boto3.client("sagemaker"),
-        s3=boto3.client("s3"),
+        dynamodb=clients.dynamodb(),
+        sagemaker=clients.sagemaker(),
+        s3=clients.s3(),
     )

@@ -14,9 +14,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-import boto3
-
-from controller import datasets, names, runs
+from controller import clients, datasets, names, runs
 from controller.config import Config, get_config
 from controller.observability import logger, metrics, tracer
 
@@ -92,6 +90,4 @@ def on_execution_end(
 @tracer.capture_lambda_handler
 @logger.inject_lambda_context
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return on_execution_end(
-        event, config=get_config(), dynamodb=boto3.client("dynamodb"), sns=boto3.client("sns")
-    )
+    return on_execution_end(event, config=get_config(), dynamodb=clients.dynamodb(), sns=clients.sns())
