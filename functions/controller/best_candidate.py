@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-import boto3
-
-from controller import names, runs
+from controller import clients, names, runs
 from controller.config import Config, get_config
 from controller.errors import JobOutputMissingError
 from controller.observability import logger, tracer
@@ -98,6 +96,4 @@ def pick(
 @tracer.capture_lambda_handler
 @logger.inject_lambda_context
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return pick(
-        event, config=get_config(), dynamodb=boto3.client("dynamodb"), sagemaker=boto3.client("sagemaker")
-    )
+    return pick(event, config=get_config(), dynamodb=clients.dynamodb(), sagemaker=clients.sagemaker())

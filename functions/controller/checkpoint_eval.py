@@ -10,10 +10,12 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING, Any
 
-import boto3
+from aws_lambda_powertools.utilities.data_classes.event_bridge_event import EventBridgeEvent
+from aws_lambda_powertools.utilities.data_classes.event_source import event_source
+from aws_lambda_powertools.utilities.data_classes.s3_event import S3EventBridgeNotificationEvent
 from botocore.exceptions import ClientError
 
-from controller import names, runs
+from controller import clients, names, runs
 from controller.config import Config, get_config
 from controller.observability import logger, metrics, tracer
 from controller.runs import serialize
@@ -133,9 +135,13 @@ def processing_request(
 
 
 def on_checkpoint(
-    event: dict[str, Any], *, config: Config, dynamodb: DynamoDBClient, sagemaker: SageMakerClient
+    event: S3EventBridgeNotificationEvent,
+    *,
+    config: Config,
+    dynamodb: DynamoDBClient,
+    sagemaker: SageMakerClient,
 ) -> dict[str, Any]:
-    key = str(event["detail"]["object"]["key"])
+    key = str(event.detail.object["key"])  # as S3's EventBridge event holds it (`.key` would unquote it)
     match = names.CHECKPOINT_KEY_RE.match(key)
     if match is None or config.checkpoint_eval_every <= 0:
         return {"action": "ignored", "reason": "not a checkpoint, or checkpoint evaluation is off"}
@@ -172,9 +178,9 @@ def on_checkpoint(
 
 
 def on_job_done(
-    event: dict[str, Any], *, config: Config, dynamodb: DynamoDBClient, s3: S3Client
+    event: EventBridgeEvent, *, config: Config, dynamodb: DynamoDBClient, s3: S3Client
 ) -> dict[str, Any]:
-    detail = event["detail"]
+    detail = event.detail
     tags = detail.get("Tags") or {}
     if isinstance(tags, list):
         tags = {t["Key"]: t["Value"] for t in tags}
@@ -203,28 +209,31 @@ def on_job_done(
 
 
 def evaluate_checkpoints(
-    event: dict[str, Any],
+    event: EventBridgeEvent,
     *,
     config: Config,
     dynamodb: DynamoDBClient,
     sagemaker: SageMakerClient,
     s3: S3Client,
 ) -> dict[str, Any]:
-    if event.get("detail-type") == "Object Created":
-        return on_checkpoint(event, config=config, dynamodb=dynamodb, sagemaker=sagemaker)
-    if event.get("detail-type") == "SageMaker Processing Job State Change":
+    kind = event.detail_type
+    if kind == "Object Created":
+        checkpoint = S3EventBridgeNotificationEvent(event.raw_event)
+        return on_checkpoint(checkpoint, config=config, dynamodb=dynamodb, sagemaker=sagemaker)
+    if kind == "SageMaker Processing Job State Change":
         return on_job_done(event, config=config, dynamodb=dynamodb, s3=s3)
-    return {"action": "ignored", "reason": f"unexpected event {event.get('detail-type')!r}"}
+    return {"action": "ignored", "reason": f"unexpected event {kind!r}"}
 
 
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 @logger.inject_lambda_context
-def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+@event_source(data_class=EventBridgeEvent)
+def handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str, Any]:
     return evaluate_checkpoints(
         event,
         config=get_config(),
-        dynamodb=boto3.client("dynamodb"),
-        sagemaker=boto3.client("sagemaker"),
-        s3=boto3.client("s3"),
+        dynamodb=clients.dynamodb(),
+        sagemaker=clients.sagemaker(),
+        s3=clients.s3(),
     )

@@ -13,9 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-import boto3
-
-from controller import datasets, ledger, names, runs
+from controller import clients, datasets, ledger, names, runs
 from controller.config import Config, DispatchPolicy, get_config
 from controller.observability import logger, metrics, tracer
 
@@ -160,7 +158,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     outcomes = dispatch_all(
         now=datetime.now(UTC),
         config=get_config(),
-        dynamodb=boto3.client("dynamodb"),
-        sfn=boto3.client("stepfunctions"),
+        dynamodb=clients.dynamodb(),
+        sfn=clients.sfn(),
     )
     return {"outcomes": [o.__dict__ for o in outcomes]}

@@ -14,9 +14,10 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-import boto3
+from aws_lambda_powertools.utilities.data_classes.event_bridge_event import EventBridgeEvent
+from aws_lambda_powertools.utilities.data_classes.event_source import event_source
 
-from controller import datasets, names, runs
+from controller import clients, datasets, names, runs
 from controller.config import Config, get_config
 from controller.observability import logger, metrics, tracer
 
@@ -44,14 +45,14 @@ def _cause(status: str, detail: dict[str, Any]) -> str:
 
 
 def on_execution_end(
-    event: dict[str, Any],
+    event: EventBridgeEvent,
     *,
     config: Config,
     dynamodb: DynamoDBClient,
     sns: SNSClient | None = None,
     now: datetime | None = None,
 ) -> dict[str, Any]:
-    detail = event.get("detail") or {}
+    detail = event.detail
     status, run_id = str(detail.get("status", "")), str(detail.get("name", ""))
     dataset = _dataset(detail)
     if not dataset or not names.DATASET_RE.fullmatch(dataset):
@@ -91,7 +92,6 @@ def on_execution_end(
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 @logger.inject_lambda_context
-def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return on_execution_end(
-        event, config=get_config(), dynamodb=boto3.client("dynamodb"), sns=boto3.client("sns")
-    )
+@event_source(data_class=EventBridgeEvent)
+def handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str, Any]:
+    return on_execution_end(event, config=get_config(), dynamodb=clients.dynamodb(), sns=clients.sns())

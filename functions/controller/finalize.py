@@ -7,9 +7,7 @@ import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-import boto3
-
-from controller import datasets, dispatch, ledger, names, notes, runs
+from controller import clients, datasets, dispatch, ledger, names, notes, runs
 from controller.best_candidate import seconds
 from controller.config import Config, get_config
 from controller.observability import logger, metrics, tracer
@@ -137,8 +135,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return finalize(
         event,
         config=get_config(),
-        dynamodb=boto3.client("dynamodb"),
-        s3=boto3.client("s3"),
-        sagemaker=boto3.client("sagemaker"),
-        sfn=boto3.client("stepfunctions"),
+        dynamodb=clients.dynamodb(),
+        s3=clients.s3(),
+        sagemaker=clients.sagemaker(),
+        sfn=clients.sfn(),
     )

@@ -6,9 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import boto3
-
-from controller import names, runs
+from controller import clients, names, runs
 from controller.config import Config, get_config
 from controller.errors import RuleEvaluationsInProgressError
 from controller.observability import logger, tracer
@@ -182,7 +180,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return gate(
         event,
         config=get_config(),
-        dynamodb=boto3.client("dynamodb"),
-        s3=boto3.client("s3"),
-        sagemaker=boto3.client("sagemaker"),
+        dynamodb=clients.dynamodb(),
+        s3=clients.s3(),
+        sagemaker=clients.sagemaker(),
     )

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import boto3
-
+from controller import clients
 from controller.errors import ImportFailedError
 from controller.observability import logger, tracer
 from controller.s3io import split_uri
@@ -58,4 +57,4 @@ def read_report(event: dict[str, Any], *, s3: S3Client) -> dict[str, Any]:
 @tracer.capture_lambda_handler
 @logger.inject_lambda_context
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return read_report(event, s3=boto3.client("s3"))
+    return read_report(event, s3=clients.s3())

@@ -15,11 +15,10 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-import boto3
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
-from controller import content, datasets, dispatch, ledger, names, uploads
+from controller import clients, content, datasets, dispatch, ledger, names, uploads
 from controller.config import Config, get_config
 from controller.observability import logger, metrics, tracer
 from controller.s3events import ObjectCreated, UnreadableNoticeError, parse_body
@@ -219,8 +218,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return ingest(
         event,
         config=get_config(),
-        dynamodb=boto3.client("dynamodb"),
-        sfn=boto3.client("stepfunctions"),
-        s3=boto3.client("s3"),
+        dynamodb=clients.dynamodb(),
+        sfn=clients.sfn(),
+        s3=clients.s3(),
         context=context,
     )

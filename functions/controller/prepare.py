@@ -12,9 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-import boto3
-
-from controller import balance, datasets, ledger, names, runs
+from controller import balance, clients, datasets, ledger, names, runs
 from controller.config import Config, get_config
 from controller.errors import ConfigurationError, DatasetBusyError, InvalidRunInputError, NotEnoughDataError
 from controller.observability import logger, tracer
@@ -430,4 +428,4 @@ def _hp(value: str | int | float | bool) -> str:
 @tracer.capture_lambda_handler
 @logger.inject_lambda_context
 def handler(event: dict[str, Any], context: LambdaContext) -> PrepareResult:
-    return prepare(event, config=get_config(), dynamodb=boto3.client("dynamodb"), s3=boto3.client("s3"))
+    return prepare(event, config=get_config(), dynamodb=clients.dynamodb(), s3=clients.s3())

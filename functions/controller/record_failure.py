@@ -8,9 +8,7 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-import boto3
-
-from controller import datasets, names, notes, runs
+from controller import clients, datasets, names, notes, runs
 from controller.config import Config, get_config
 from controller.observability import logger, metrics, tracer
 from controller.runs import serialize
@@ -145,4 +143,4 @@ def clear_backoff(dataset: str, *, config: Config, dynamodb: DynamoDBClient) -> 
 @tracer.capture_lambda_handler
 @logger.inject_lambda_context
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return record_failure(event, config=get_config(), dynamodb=boto3.client("dynamodb"))
+    return record_failure(event, config=get_config(), dynamodb=clients.dynamodb())

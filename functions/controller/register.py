@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import boto3
 from botocore.exceptions import ClientError
 
-from controller import names, runs
+from controller import clients, names, runs
 from controller.config import Config, get_config
 from controller.observability import logger, tracer
 
@@ -88,6 +87,6 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return register(
         event,
         config=get_config(),
-        dynamodb=boto3.client("dynamodb"),
-        sagemaker=boto3.client("sagemaker"),
+        dynamodb=clients.dynamodb(),
+        sagemaker=clients.sagemaker(),
     )

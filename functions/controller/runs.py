@@ -9,10 +9,9 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal, NotRequired, Required, TypedDict, cast
 
-import boto3
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
-from controller import names
+from controller import clients, names
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -135,7 +134,7 @@ def deserialize(item: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _client(client: DynamoDBClient | None) -> DynamoDBClient:
-    return client if client is not None else boto3.client("dynamodb")
+    return client if client is not None else clients.dynamodb()
 
 
 def get_run(

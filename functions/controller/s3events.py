@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote_plus
 
+from aws_lambda_powertools.utilities.data_classes.s3_event import S3Event, S3EventBridgeNotificationEvent
+
 SEQUENCER_WIDTH = 64
 
 
@@ -40,19 +42,22 @@ def normalize_sequencer(sequencer: str) -> str:
     return value.ljust(SEQUENCER_WIDTH, "0")
 
 
-def _from_eventbridge(event: dict[str, Any]) -> list[ObjectCreated]:
-    kind = event.get("detail-type")
+def _from_eventbridge(document: dict[str, Any]) -> list[ObjectCreated]:
+    event = S3EventBridgeNotificationEvent(document)
+    kind = event.detail_type
     if kind not in ("Object Created", "Object Deleted"):
         return []
-    detail = event.get("detail") or {}
-    obj = detail.get("object") or {}
+    detail = event.detail
+    obj = detail.object
     return [
         ObjectCreated(
             bucket=str((detail.get("bucket") or {}).get("name", "")),
+            # the key as the event holds it: Powertools' `obj.key` would unquote it, and S3's EventBridge
+            # events do not URL-encode keys ("a+b.jpg" is a key with a plus)
             key=str(obj["key"]),
-            size=int(obj.get("size", 0)),
-            etag=str(obj.get("etag") or obj.get("eTag") or ""),
-            version_id=str(obj.get("version-id", "") or ""),
+            size=int(obj.raw_event.get("size", 0)),
+            etag=str(obj.etag or obj.get("eTag") or ""),
+            version_id=str(obj.get("version-id") or ""),
             sequencer=normalize_sequencer(str(obj.get("sequencer", "0"))),
             event_time=str(event.get("time", "")),
             removed=kind == "Object Deleted",
@@ -60,21 +65,22 @@ def _from_eventbridge(event: dict[str, Any]) -> list[ObjectCreated]:
     ]
 
 
-def _from_notification(body: dict[str, Any]) -> list[ObjectCreated]:
-    created = []
-    for record in body.get("Records") or []:
+def _from_notification(document: dict[str, Any]) -> list[ObjectCreated]:
+    created: list[ObjectCreated] = []
+    if not document.get("Records"):
+        return created
+    for record in S3Event(document).records:
         name = str(record.get("eventName", ""))
         if not name.startswith(("ObjectCreated:", "ObjectRemoved:")):
             continue
-        s3 = record["s3"]
-        obj = s3["object"]
+        obj = record.s3.get_object
         created.append(
             ObjectCreated(
-                bucket=str(s3["bucket"]["name"]),
-                key=unquote_plus(str(obj["key"])),
-                size=int(obj.get("size", 0)),
-                etag=str(obj.get("eTag", "")),
-                version_id=str(obj.get("versionId", "") or ""),
+                bucket=str(record.s3.bucket.name),
+                key=unquote_plus(str(obj.key)),  # URL-encoded in a notification, `+` for space
+                size=int(obj.raw_event.get("size", 0)),
+                etag=str(obj.etag),
+                version_id=str(obj.version_id or ""),
                 sequencer=normalize_sequencer(str(obj.get("sequencer", "0"))),
                 event_time=str(record.get("eventTime", "")),
                 removed=name.startswith("ObjectRemoved:"),

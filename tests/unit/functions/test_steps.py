@@ -6,6 +6,7 @@ import dataclasses
 import json
 
 import pytest
+from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent
 
 from controller import (
     checkpoint_eval,
@@ -203,11 +204,13 @@ def test_the_import_report_step_quotes_the_failed_files(aws):
 
 
 def _checkpoint_event(aws, key):
-    return {
-        "detail-type": "Object Created",
-        "source": "aws.s3",
-        "detail": {"bucket": {"name": aws.artifact_bucket}, "object": {"key": key}},
-    }
+    return EventBridgeEvent(
+        {
+            "detail-type": "Object Created",
+            "source": "aws.s3",
+            "detail": {"bucket": {"name": aws.artifact_bucket}, "object": {"key": key}},
+        }
+    )
 
 
 def test_every_nth_checkpoint_of_a_running_job_starts_an_evaluation(aws, config):
@@ -272,20 +275,22 @@ def test_finished_checkpoint_evaluations_of_two_trials_at_one_step_add_each_tria
         )
     # WHEN both state-change events arrive
     for trial in scores:
-        event = {
-            "detail-type": "SageMaker Processing Job State Change",
-            "source": "aws.sagemaker",
-            "detail": {
-                "ProcessingJobName": checkpoint_eval.job_name(trial, 100),
-                "ProcessingJobStatus": "Completed",
-                "Tags": {
-                    names.TAG_DATASET: "flowers",
-                    names.TAG_RUN_ID: "flowers-00001",
-                    names.TAG_CHECKPOINT_STEP: "100",
-                    names.TAG_TRAINING_JOB: trial,
+        event = EventBridgeEvent(
+            {
+                "detail-type": "SageMaker Processing Job State Change",
+                "source": "aws.sagemaker",
+                "detail": {
+                    "ProcessingJobName": checkpoint_eval.job_name(trial, 100),
+                    "ProcessingJobStatus": "Completed",
+                    "Tags": {
+                        names.TAG_DATASET: "flowers",
+                        names.TAG_RUN_ID: "flowers-00001",
+                        names.TAG_CHECKPOINT_STEP: "100",
+                        names.TAG_TRAINING_JOB: trial,
+                    },
                 },
-            },
-        }
+            }
+        )
         checkpoint_eval.evaluate_checkpoints(
             event, config=config, dynamodb=aws.dynamodb, sagemaker=aws.sagemaker, s3=aws.s3
         )
@@ -318,12 +323,14 @@ def test_checkpoints_of_a_finished_run_are_not_evaluated(aws, config):
     assert result["action"] == "ignored"
 
 
-def _status_change(status: str, name: str, dataset: str) -> dict:
-    return {
-        "detail-type": "Step Functions Execution Status Change",
-        "source": "aws.states",
-        "detail": {"status": status, "name": name, "input": json.dumps({"dataset": dataset})},
-    }
+def _status_change(status: str, name: str, dataset: str) -> EventBridgeEvent:
+    return EventBridgeEvent(
+        {
+            "detail-type": "Step Functions Execution Status Change",
+            "source": "aws.states",
+            "detail": {"status": status, "name": name, "input": json.dumps({"dataset": dataset})},
+        }
+    )
 
 
 def test_a_stopped_execution_fails_its_run_and_frees_the_lock(aws, config):
@@ -691,3 +698,46 @@ def test_a_failed_runs_notification_also_says_what_was_wrong_with_its_data(aws, 
     event = {"state": {"run": {"dataset": "pets", "run_id": "run-1"}, "error": {"Error": "X", "Cause": "y"}}}
     done = record_failure.record_failure(event, config=config, dynamodb=aws.dynamodb)
     assert "Uploads refused and left in the bucket: 3 (3 content)" in done["message"]
+
+
+def test_the_execution_ended_handler_takes_the_rules_event_as_lambda_delivers_it(aws, monkeypatch):
+    # GIVEN the environment the template gives the function, and a running run holding its lock
+    from controller import config as config_module
+    from controller import execution_events
+
+    env = {
+        **default_environment("ExecutionEndedFunction"),
+        names.ENV_DATA_BUCKET: aws.data_bucket,
+        names.ENV_ARTIFACT_BUCKET: aws.artifact_bucket,
+        names.ENV_LEDGER_TABLE: aws.ledger_table,
+        names.ENV_RUNS_TABLE: aws.runs_table,
+        names.ENV_DATASETS_TABLE: aws.datasets_table,
+        names.ENV_TOPIC_ARN: aws.topic_arn,
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    datasets.acquire("flowers", "flowers-00001", "t", table_name=aws.datasets_table, client=aws.dynamodb)
+    runs.put_run(
+        {"dataset": "flowers", "run_id": "flowers-00001", "status": "RUNNING"},
+        table_name=aws.runs_table,
+        client=aws.dynamodb,
+    )
+
+    class Context:
+        function_name = "ExecutionEndedFunction"
+        memory_limit_in_mb = 512
+        invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:ExecutionEndedFunction"
+        aws_request_id = "req-1"
+
+    # WHEN EventBridge invokes the handler with the status change as JSON (a plain dict)
+    config_module.get_config.cache_clear()
+    try:
+        result = execution_events.handler(
+            _status_change("TIMED_OUT", "flowers-00001", "flowers").raw_event, Context()
+        )
+    finally:
+        config_module.get_config.cache_clear()
+    # THEN the run is closed, its lock freed, and the subscribers told
+    assert result == {"action": "released", "run_id": "flowers-00001", "notified": True}
+    record = runs.get_run("flowers", "flowers-00001", table_name=aws.runs_table, client=aws.dynamodb)
+    assert record is not None and record["status"] == "FAILED"
