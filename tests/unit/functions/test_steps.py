@@ -704,6 +704,7 @@ def test_the_execution_ended_handler_takes_the_rules_event_as_lambda_delivers_it
     # GIVEN the environment the template gives the function, and a running run holding its lock
     from controller import config as config_module
     from controller import execution_events
+    from retrain.dev.template_model import default_environment
 
     env = {
         **default_environment("ExecutionEndedFunction"),
