@@ -29,9 +29,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import results  # noqa: E402
-from retrain.embedded.iam.evaluator import Policy, PolicyEvaluator  # noqa: E402
-from retrain.embedded.iam.gatekeeper import Gatekeeper  # noqa: E402
-from retrain.embedded.iam.principals import Principals  # noqa: E402
+from retrain.embedded.gatekeeper.gate import Gatekeeper  # noqa: E402
+from retrain.embedded.gatekeeper.iam.evaluator import Policy, PolicyEvaluator  # noqa: E402
+from retrain.embedded.gatekeeper.iam.principals import Principals  # noqa: E402
 from retrain.embedded.server import gated_moto_server  # noqa: E402
 
 ACCOUNT, REGION = "123456789012", "us-east-1"

@@ -1,8 +1,8 @@
 """Static check: the IAM roles of template.yaml against every AWS call the code and the state machine make.
 
 No stack runs. The template is translated as SAM does; its intrinsics are resolved to stand-in names;
-then, per role, every call is authorised with iam-simulate (:mod:`retrain.embedded.iam`), and every
-Task's static Parameters are held against the API's model (:mod:`retrain.embedded.contracts`):
+then, per role, every call is authorised with iam-simulate (:mod:`retrain.embedded.gatekeeper.iam`), and every
+Task's static Parameters are held against the API's model (:mod:`retrain.embedded.gatekeeper.contracts`):
 
 - each Lambda function's calls, found by reading its handler's source (:mod:`retrain.dev.calls`), with
   the resources its environment names (a table, a bucket);
@@ -28,15 +28,15 @@ from typing import Any, Final
 
 from retrain.dev import calls
 from retrain.dev.template_model import ACCOUNT, REGION, REPO, Role, Template, load
-from retrain.embedded import contracts
-from retrain.embedded.iam.actions import (
+from retrain.embedded.gatekeeper import contracts
+from retrain.embedded.gatekeeper.iam.actions import (
     LOG_DELIVERY_ACTIONS,
     Access,
     UnknownOperationError,
     accesses,
     sync_accesses,
 )
-from retrain.embedded.iam.evaluator import AuthzRequest, PolicyEvaluator
+from retrain.embedded.gatekeeper.iam.evaluator import AuthzRequest, PolicyEvaluator
 
 UNKNOWN: Final = "*"  # a part of a request known only at run time
 # A name the code builds from an environment variable and a run-time value: <variable's value>*.

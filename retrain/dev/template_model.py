@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from retrain.embedded import provision
-from retrain.embedded.iam.evaluator import Policy
-from retrain.embedded.iam.principals import managed_policy
+from retrain.embedded.gatekeeper.iam.evaluator import Policy
+from retrain.embedded.gatekeeper.iam.principals import managed_policy
+from retrain.embedded.provisioning import template as provision
 
 REPO: Final = Path(__file__).resolve().parents[2]
 REGION: Final = "us-east-1"

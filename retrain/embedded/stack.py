@@ -2,7 +2,7 @@
 
 ``EmbeddedStack`` starts the server (``AWS_ENDPOINT_URL`` for everything: the CLI, the Lambda processes,
 the training jobs) behind the gatekeeper (every request held against its API contract and its role's
-IAM policies, :mod:`retrain.embedded.iam`), installs the integrations moto lacks, provisions the
+IAM policies, :mod:`retrain.embedded.gatekeeper.iam`), installs the integrations moto lacks, provisions the
 template as a CloudFormation stack (its parameters and Rules checked first), wires the Lambda runtime,
 the SQS pollers and the scheduler (each signing as its function's role), and restores the data saved by
 the previous stop. ``stop()`` saves the data again (``snapshot``), so runs, reports and warm starts outlive
@@ -31,17 +31,20 @@ from typing import Any, Final
 import boto3
 from botocore.config import Config
 
-from retrain.embedded import integrations, provision, s3_notices, snapshot
-from retrain.embedded.event_sources import Scheduler, SqsPoller
+from retrain.embedded import snapshot
+from retrain.embedded.awslambda.runtime import LambdaRuntime
+from retrain.embedded.events import s3_notices
+from retrain.embedded.events.sagemaker_jobs import JobEvents
+from retrain.embedded.events.sqs_poller import Scheduler, SqsPoller
 from retrain.embedded.faults import FaultingSageMaker, Faults
-from retrain.embedded.fsx import FsxEmulator, install_api
-from retrain.embedded.iam.actions import LOG_DELIVERY_ACTIONS, Access
-from retrain.embedded.iam.evaluator import PolicyEvaluator
-from retrain.embedded.iam.gatekeeper import Gatekeeper, RequestRefusedError
-from retrain.embedded.iam.principals import Principals
-from retrain.embedded.lambda_runtime import LambdaRuntime
-from retrain.embedded.sagemaker_events import JobEvents
+from retrain.embedded.fsx.emulator import FsxEmulator, install_api
+from retrain.embedded.gatekeeper.gate import Gatekeeper, RequestRefusedError
+from retrain.embedded.gatekeeper.iam.actions import LOG_DELIVERY_ACTIONS, Access
+from retrain.embedded.gatekeeper.iam.evaluator import PolicyEvaluator
+from retrain.embedded.gatekeeper.iam.principals import Principals
+from retrain.embedded.provisioning import template as provision
 from retrain.embedded.server import gated_moto_server
+from retrain.embedded.stepfunctions import integrations
 
 LOG = logging.getLogger(__name__)
 REPO_ROOT: Final = Path(__file__).resolve().parents[2]

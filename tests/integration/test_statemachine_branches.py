@@ -2,7 +2,7 @@
 
 The Lambda steps are this project's functions (run in-process by the installed invoker); SageMaker and
 FSx are answered at the service boundary by scripted doubles (their jobs "run" by writing the output files
-the real containers write), through retrain.embedded.integrations.
+the real containers write), through retrain.embedded.stepfunctions.integrations.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from controller import (
     runs,
 )
 from controller.config import Config
-from retrain.embedded.integrations import installed
+from retrain.embedded.stepfunctions.integrations import installed
 from tests.unit.functions.support import Aws, make_config, moto_aws, object_created, sqs_event
 
 pytestmark = pytest.mark.integration

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from retrain.embedded import provision
+from retrain.embedded.provisioning import template as provision
 from retrain.embedded.stack import EmbeddedStack
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from controller import names
-from retrain.embedded import provision
+from retrain.embedded.provisioning import template as provision
 from retrain.embedded.stack import EmbeddedStack
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

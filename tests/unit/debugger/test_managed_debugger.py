@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from retrain import managed_debugger
-from retrain.embedded import provision
+from retrain.embedded.provisioning import template as provision
 
 REPO = Path(__file__).resolve().parents[3]
 

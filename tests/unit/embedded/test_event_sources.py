@@ -12,7 +12,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from retrain.embedded.event_sources import (
+from retrain.embedded.events.sqs_poller import (
     ScheduledRule,
     ScheduleError,
     Scheduler,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from retrain.embedded.provision import (
+from retrain.embedded.provisioning.template import (
     Intrinsics,
     ProvisioningError,
     Wiring,
@@ -126,7 +126,9 @@ def test_an_external_resource_whose_condition_is_false_is_not_created() -> None:
 
 
 def test_a_type_nothing_can_create_names_itself_and_the_fix() -> None:
-    with pytest.raises(ProvisioningError, match=r"Thing has type AWS::Kendra::Index.*provision.py"):
+    with pytest.raises(
+        ProvisioningError, match=r"Thing has type AWS::Kendra::Index.*provisioning/template.py"
+    ):
         create_external(
             _template(Thing={"Type": "AWS::Kendra::Index"}),
             {},

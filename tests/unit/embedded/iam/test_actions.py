@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from retrain.embedded.iam.actions import Access, UnknownOperationError, accesses, sync_accesses
-from retrain.embedded.iam.evaluator import AuthzRequest, Policy, PolicyEvaluator
+from retrain.embedded.gatekeeper.iam.actions import Access, UnknownOperationError, accesses, sync_accesses
+from retrain.embedded.gatekeeper.iam.evaluator import AuthzRequest, Policy, PolicyEvaluator
 
 REGION, ACCOUNT = "us-east-1", "123456789012"
 ROLE = f"arn:aws:iam::{ACCOUNT}:role/sm"

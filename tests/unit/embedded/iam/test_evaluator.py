@@ -9,7 +9,13 @@ from typing import Any
 
 import pytest
 
-from retrain.embedded.iam.evaluator import AuthzRequest, Decision, EvaluatorError, Policy, PolicyEvaluator
+from retrain.embedded.gatekeeper.iam.evaluator import (
+    AuthzRequest,
+    Decision,
+    EvaluatorError,
+    Policy,
+    PolicyEvaluator,
+)
 
 ACCOUNT = "123456789012"
 ROLE = f"arn:aws:iam::{ACCOUNT}:role/IngestFunctionRole"

@@ -11,9 +11,9 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from retrain.embedded.iam.evaluator import Policy, PolicyEvaluator
-from retrain.embedded.iam.gatekeeper import Gatekeeper, RequestRefusedError
-from retrain.embedded.iam.principals import Principals
+from retrain.embedded.gatekeeper.gate import Gatekeeper, RequestRefusedError
+from retrain.embedded.gatekeeper.iam.evaluator import Policy, PolicyEvaluator
+from retrain.embedded.gatekeeper.iam.principals import Principals
 from retrain.embedded.server import gated_moto_server
 
 REGION, ACCOUNT = "us-east-1", "123456789012"

@@ -1,6 +1,6 @@
 """One Lambda execution environment: a long-lived process that imports one handler and runs invocations.
 
-Started by :mod:`retrain.embedded.lambda_runtime` with the function's own environment (the template's
+Started by :mod:`retrain.embedded.awslambda.runtime` with the function's own environment (the template's
 variables plus AWS_ENDPOINT_URL), so module-level configuration is read per function as on Lambda.
 Requests and replies are JSON lines on a private pipe; the handler's prints and logs go to stderr.
 """

@@ -33,8 +33,8 @@ from typing import Any, Final
 
 import yaml
 
-from retrain.embedded.event_sources import ScheduledRule, SqsMapping
-from retrain.embedded.lambda_runtime import FunctionSpec
+from retrain.embedded.awslambda.runtime import FunctionSpec
+from retrain.embedded.events.sqs_poller import ScheduledRule, SqsMapping
 
 DEPLOY_BUCKET: Final = "retrain-embedded-deployment"
 ACCOUNT_ID: Final = "123456789012"
@@ -59,9 +59,9 @@ WIRED_TYPES: Final = (
     "AWS::StepFunctions::StateMachine",
 )
 # Created by moto's CloudFormation without a runtime of their own here: alarms and dashboards change no
-# behaviour the emulation runs; the IAM roles' policies are enforced by retrain.embedded.iam (read back
-# from moto's IAM after creation); resource policies (queue, topic, bucket, Lambda permissions) are not
-# evaluated (README, Deploying to AWS).
+# behaviour the emulation runs; the IAM roles' policies are enforced by retrain.embedded.gatekeeper.iam
+# (read back from moto's IAM after creation); resource policies (queue, topic, bucket, Lambda
+# permissions) are not evaluated (README, Deploying to AWS).
 INERT_TYPES: Final = frozenset(
     {
         "AWS::Lambda::Permission",
@@ -467,7 +467,8 @@ def create_external(
         elif kind not in INERT_TYPES:
             raise ProvisioningError(
                 f"template resource {logical_id} has type {kind}, which neither moto nor the embedded "
-                "runtime creates; add a creator in retrain/embedded/provision.py or mark the type inert there"
+                "runtime creates; add a creator in retrain/embedded/provisioning/template.py or mark "
+                "the type inert there"
             )
         del out["Resources"][logical_id]
     out = substitute(out, values, attributes)
