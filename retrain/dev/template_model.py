@@ -16,13 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from retrain.embedded.account import ACCOUNT_ID, REGION
 from retrain.embedded.gatekeeper.iam.evaluator import Policy
 from retrain.embedded.gatekeeper.iam.principals import managed_policy
 from retrain.embedded.provisioning import template as provision
 
 REPO: Final = Path(__file__).resolve().parents[2]
-REGION: Final = "us-east-1"
-ACCOUNT: Final = provision.ACCOUNT_ID
 STACK: Final = "retrain"
 
 
@@ -85,7 +84,7 @@ def _stand_ins(
     values: dict[str, Any] = {}
     attributes: dict[tuple[str, str], str] = {}
     partition, _ = partition_of(region)
-    prefix = f"arn:{partition}:{{}}:{region}:{ACCOUNT}:"
+    prefix = f"arn:{partition}:{{}}:{region}:{ACCOUNT_ID}:"
     for logical_id, resource in resources.items():
         name = f"{STACK}-{logical_id}"
         kind = resource["Type"]
@@ -95,13 +94,13 @@ def _stand_ins(
             "AWS::SQS::Queue": prefix.format("sqs") + name,
             "AWS::SNS::Topic": prefix.format("sns") + name,
             "AWS::Lambda::Function": prefix.format("lambda") + f"function:{name}",
-            "AWS::IAM::Role": f"arn:{partition}:iam::{ACCOUNT}:role/{name}",
+            "AWS::IAM::Role": f"arn:{partition}:iam::{ACCOUNT_ID}:role/{name}",
             "AWS::Logs::LogGroup": prefix.format("logs") + f"log-group:{name}:*",
             "AWS::Events::Rule": prefix.format("events") + f"rule/{name}",
         }.get(kind, prefix.format("static") + name)
         values[logical_id] = {
             "AWS::S3::Bucket": name.lower(),
-            "AWS::SQS::Queue": f"https://sqs.{region}.amazonaws.com/{ACCOUNT}/{name}",
+            "AWS::SQS::Queue": f"https://sqs.{region}.amazonaws.com/{ACCOUNT_ID}/{name}",
             "AWS::SNS::Topic": arn,
             "AWS::FSx::FileSystem": "fs-0123456789abcdef0",
         }.get(kind, name)
@@ -142,7 +141,7 @@ def load(
     intrinsics = provision.Intrinsics(
         {
             "AWS::Region": region,
-            "AWS::AccountId": ACCOUNT,
+            "AWS::AccountId": ACCOUNT_ID,
             "AWS::Partition": partition,
             "AWS::StackName": STACK,
             "AWS::URLSuffix": url_suffix,
@@ -159,7 +158,7 @@ def load(
             name = str(
                 intrinsics.resolve(resource["Properties"].get("StateMachineName", f"{STACK}-{logical_id}"))
             )
-            arn = f"arn:{partition}:states:{region}:{ACCOUNT}:stateMachine:{name}"
+            arn = f"arn:{partition}:states:{region}:{ACCOUNT_ID}:stateMachine:{name}"
             intrinsics.values[logical_id] = arn
             intrinsics.attributes.update({(logical_id, "Name"): name, (logical_id, "Arn"): arn})
     roles: dict[str, Role] = {}

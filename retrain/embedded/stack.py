@@ -32,6 +32,7 @@ import boto3
 from botocore.config import Config
 
 from retrain.embedded import snapshot
+from retrain.embedded.account import ACCOUNT_ID, REGION
 from retrain.embedded.awslambda.runtime import LambdaRuntime
 from retrain.embedded.events import s3_notices
 from retrain.embedded.events.sagemaker_jobs import JobEvents
@@ -50,8 +51,6 @@ LOG = logging.getLogger(__name__)
 REPO_ROOT: Final = Path(__file__).resolve().parents[2]
 DEFAULT_STATE_DIR: Final = Path(".retrain")
 DEFAULT_STACK_NAME: Final = "retrain"
-REGION: Final = "us-east-1"
-ACCOUNT: Final = provision.ACCOUNT_ID
 SERVER_FILE: Final = "server.json"
 LOCAL_KEY: Final = "retrain-local"
 _ECR_IMAGE: Final = re.compile(
@@ -109,7 +108,7 @@ class EmbeddedStack:
         )
         # Every request is held against the API's contract and (for the stack's roles) IAM: always on.
         self.gatekeeper = Gatekeeper(
-            Principals(), PolicyEvaluator(account=ACCOUNT), region=REGION, account=ACCOUNT
+            Principals(), PolicyEvaluator(account=ACCOUNT_ID), region=REGION, account=ACCOUNT_ID
         )
         self._role_clients: dict[str, tuple[Any, Any]] = {}
         self._events_client: Any = None
@@ -186,7 +185,7 @@ class EmbeddedStack:
         s3.create_bucket(Bucket=provision.DEPLOY_BUCKET)
         self.faults.save(self.state_dir / "faults.json")
         self.fsx = FsxEmulator(
-            self.state_dir / "fsx", s3_client=s3, faults=self.faults, region=REGION, account=ACCOUNT
+            self.state_dir / "fsx", s3_client=s3, faults=self.faults, region=REGION, account=ACCOUNT_ID
         )
         self.sagemaker = self._sagemaker(s3)
         self.runtime = LambdaRuntime(
@@ -292,7 +291,7 @@ class EmbeddedStack:
             r["LogicalResourceId"]: r["PhysicalResourceId"] for r in resources if r.get("PhysicalResourceId")
         }
         LOG.debug("stack resources: %s", resources)
-        self.gatekeeper.principals.load_stack_roles(body, physical, account=ACCOUNT, region=REGION)
+        self.gatekeeper.principals.load_stack_roles(body, physical, account=ACCOUNT_ID, region=REGION)
         self._check_state_machine_logging(body, physical)
         self._register_state_machines(
             [
@@ -405,7 +404,9 @@ class EmbeddedStack:
             if not (props.get("LoggingConfiguration") or {}).get("Destinations"):
                 continue
             role = (
-                stepfunctions_backends[ACCOUNT][REGION].describe_state_machine(physical[logical_id]).roleArn
+                stepfunctions_backends[ACCOUNT_ID][REGION]
+                .describe_state_machine(physical[logical_id])
+                .roleArn
             )
             try:
                 self.gatekeeper.authorize(
@@ -427,8 +428,8 @@ class EmbeddedStack:
         from moto.stepfunctions.parser.models import stepfunctions_parser_backends
 
         for arn in arns:
-            plain = stepfunctions_backends[ACCOUNT][REGION].describe_state_machine(arn)
-            stepfunctions_parser_backends[ACCOUNT][REGION].create_state_machine(
+            plain = stepfunctions_backends[ACCOUNT_ID][REGION].describe_state_machine(arn)
+            stepfunctions_parser_backends[ACCOUNT_ID][REGION].create_state_machine(
                 name=plain.name, definition=plain.definition, roleArn=plain.roleArn
             )
 
@@ -437,7 +438,7 @@ class EmbeddedStack:
         """moto delivers SQS messages to mapped functions inline at SendMessage; the pollers do it instead."""
         from moto.sqs.models import sqs_backends
 
-        for queue in sqs_backends[ACCOUNT][REGION].queues.values():
+        for queue in sqs_backends[ACCOUNT_ID][REGION].queues.values():
             queue.lambda_event_source_mappings.clear()
 
     def _start_event_sources(self) -> None:
@@ -461,7 +462,7 @@ class EmbeddedStack:
             self.wiring.scheduled_rules,
             invoke=self.runtime.invoke,
             sqs_client=sqs,
-            account=ACCOUNT,
+            account=ACCOUNT_ID,
             region=REGION,
             time_scale=self.time_scale,
         )

@@ -36,6 +36,7 @@ from controller import (
     runs,
 )
 from controller.config import Config
+from retrain.embedded.account import ACCOUNT_ID
 from retrain.embedded.stepfunctions.integrations import installed
 from tests.unit.functions.support import Aws, make_config, moto_aws, object_created, sqs_event
 
@@ -43,7 +44,7 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 ASL = REPO / "statemachine" / "training.asl.json"
-ACCOUNT = "123456789012"
+ACCOUNT = ACCOUNT_ID
 FUNCTIONS = (
     "PrepareRunFunction",
     "ImportReportFunction",

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Final
 
+from retrain.embedded.account import REGION
 from retrain.embedded.stepfunctions.integrations import TaskFailed
 
 LOG = logging.getLogger(__name__)
@@ -106,7 +107,7 @@ class LambdaRuntime:
         *,
         endpoint_url: str,
         log_dir: Path,
-        region: str = "us-east-1",
+        region: str = REGION,
         max_concurrency: int = 2,
         base_environment: dict[str, str] | None = None,
         credentials: Callable[[str], tuple[str, str]] | None = None,

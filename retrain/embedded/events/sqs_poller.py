@@ -22,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from retrain.embedded.account import ACCOUNT_ID, REGION
+
 LOG = logging.getLogger(__name__)
 Invoker = Callable[[str, dict[str, Any]], Any]
 
@@ -98,7 +100,7 @@ class SqsPoller:
         *,
         sqs_client: Any,
         invoke: Invoker,
-        region: str = "us-east-1",
+        region: str = REGION,
         time_scale: float = 1.0,
         control_client: Any = None,
     ) -> None:
@@ -264,8 +266,8 @@ class Scheduler:
         *,
         invoke: Invoker,
         sqs_client: Any = None,
-        account: str = "123456789012",
-        region: str = "us-east-1",
+        account: str = ACCOUNT_ID,
+        region: str = REGION,
         time_scale: float = 1.0,
     ) -> None:
         for rule in rules:

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from botocore.exceptions import ClientError
 
+from retrain.embedded.account import ACCOUNT_ID, REGION
+
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
@@ -67,8 +69,8 @@ class FsxEmulator:
         *,
         s3_client: S3Client,
         faults: ImportFaults | None = None,
-        region: str = "us-east-1",
-        account: str = "123456789012",
+        region: str = REGION,
+        account: str = ACCOUNT_ID,
     ) -> None:
         self.root = root
         self.root.mkdir(parents=True, exist_ok=True)

@@ -33,11 +33,11 @@ from typing import Any, Final
 
 import yaml
 
+from retrain.embedded.account import ACCOUNT_ID
 from retrain.embedded.awslambda.runtime import FunctionSpec
 from retrain.embedded.events.sqs_poller import ScheduledRule, SqsMapping
 
 DEPLOY_BUCKET: Final = "retrain-embedded-deployment"
-ACCOUNT_ID: Final = "123456789012"
 
 
 def embedded_parameters(region: str) -> dict[str, str]:
