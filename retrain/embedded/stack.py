@@ -36,9 +36,11 @@ from retrain.embedded.account import ACCOUNT_ID, REGION
 from retrain.embedded.awslambda.runtime import LambdaRuntime
 from retrain.embedded.events import s3_notices
 from retrain.embedded.events.sagemaker_jobs import JobEvents
-from retrain.embedded.events.sqs_poller import Scheduler, SqsPoller
+from retrain.embedded.events.scheduler import Scheduler
+from retrain.embedded.events.sqs_poller import SqsPoller
 from retrain.embedded.faults import FaultingSageMaker, Faults
-from retrain.embedded.fsx.emulator import FsxEmulator, install_api
+from retrain.embedded.fsx.api import install_api
+from retrain.embedded.fsx.emulator import FsxEmulator
 from retrain.embedded.gatekeeper.gate import Gatekeeper, RequestRefusedError
 from retrain.embedded.gatekeeper.iam.actions import LOG_DELIVERY_ACTIONS, Access
 from retrain.embedded.gatekeeper.iam.evaluator import PolicyEvaluator

@@ -35,7 +35,8 @@ import yaml
 
 from retrain.embedded.account import ACCOUNT_ID
 from retrain.embedded.awslambda.runtime import FunctionSpec
-from retrain.embedded.events.sqs_poller import ScheduledRule, SqsMapping
+from retrain.embedded.events.scheduler import ScheduledRule
+from retrain.embedded.events.sqs_poller import SqsMapping
 
 DEPLOY_BUCKET: Final = "retrain-embedded-deployment"
 
