@@ -19,7 +19,9 @@ from typing import Any, Final
 from retrain.embedded.account import ACCOUNT_ID, REGION
 from retrain.embedded.gatekeeper.iam.evaluator import Policy
 from retrain.embedded.gatekeeper.iam.principals import managed_policy
-from retrain.embedded.provisioning import template as provision
+from retrain.embedded.provisioning.intrinsics import Intrinsics
+from retrain.embedded.provisioning.parameters import check_parameters, check_rules, parameter_values
+from retrain.embedded.provisioning.sam import embedded_parameters, load_template, package, translate
 
 REPO: Final = Path(__file__).resolve().parents[2]
 STACK: Final = "retrain"
@@ -37,7 +39,7 @@ class Template:
     """A translated template whose intrinsics resolve to stand-in names."""
 
     translated: dict[str, Any]
-    intrinsics: provision.Intrinsics
+    intrinsics: Intrinsics
     roles: dict[str, Role]  # by ARN
 
     def resolve(self, node: Any) -> Any:
@@ -124,21 +126,19 @@ def load(
     region: str = REGION,
 ) -> Template:
     """The template as a deploy in `region` would see it (ProvisioningError where it would refuse it)."""
-    template = provision.load_template(template_path)
+    template = load_template(template_path)
     declared = template.get("Parameters", {})
     values = {k: str(v["Default"]) for k, v in declared.items() if "Default" in v}
-    values.update(
-        {k: v for k, v in provision.embedded_parameters(region).items() if k in declared and k not in values}
-    )
+    values.update({k: v for k, v in embedded_parameters(region).items() if k in declared and k not in values})
     values.update(parameters or {})
-    provision.check_parameters(template, values)
-    provision.check_rules(template, values, region=region, stack_name=STACK)
-    packaged, _ = provision.package(template, template_path.parent, _NoUpload())
-    translated = provision.translate(packaged, values, region)
+    check_parameters(template, values)
+    check_rules(template, values, region=region, stack_name=STACK)
+    packaged, _ = package(template, template_path.parent, _NoUpload())
+    translated = translate(packaged, values, region)
     refs, attributes = _stand_ins(translated["Resources"], region)
     partition, url_suffix = partition_of(region)
     # State machines named in the template keep their name (policies and environments build ARNs of it).
-    intrinsics = provision.Intrinsics(
+    intrinsics = Intrinsics(
         {
             "AWS::Region": region,
             "AWS::AccountId": ACCOUNT_ID,
@@ -147,7 +147,7 @@ def load(
             "AWS::URLSuffix": url_suffix,
             "AWS::NoValue": None,
             **refs,
-            **provision.parameter_values(translated, values),
+            **parameter_values(translated, values),
         },
         attributes,
         conditions=translated.get("Conditions"),

@@ -45,7 +45,22 @@ from retrain.embedded.gatekeeper.gate import Gatekeeper, RequestRefusedError
 from retrain.embedded.gatekeeper.iam.actions import LOG_DELIVERY_ACTIONS, Access
 from retrain.embedded.gatekeeper.iam.evaluator import PolicyEvaluator
 from retrain.embedded.gatekeeper.iam.principals import Principals
-from retrain.embedded.provisioning import template as provision
+from retrain.embedded.provisioning.external import (
+    ExternalCreator,
+    create_external,
+    deterministic_names,
+    moto_supported_types,
+)
+from retrain.embedded.provisioning.parameters import check_parameters, check_rules
+from retrain.embedded.provisioning.sam import (
+    DEPLOY_BUCKET,
+    ProvisioningError,
+    embedded_parameters,
+    load_template,
+    package,
+    translate,
+)
+from retrain.embedded.provisioning.wiring import Wiring, apply_notifications, unwired, wire
 from retrain.embedded.server import gated_moto_server
 from retrain.embedded.stepfunctions import integrations
 
@@ -100,7 +115,7 @@ class EmbeddedStack:
         self.fsx: FsxEmulator | None = None
         self.sagemaker: Any = None
         self.job_events: JobEvents | None = None
-        self.wiring: provision.Wiring | None = None
+        self.wiring: Wiring | None = None
         self.translated: dict[str, Any] = {}
         self._pollers: list[SqsPoller] = []
         self.degraded: list[str] = []
@@ -184,7 +199,7 @@ class EmbeddedStack:
         self._server = gated_moto_server(self.gatekeeper, ip_address="127.0.0.1", port=self.port)
 
         s3 = self.client("s3")
-        s3.create_bucket(Bucket=provision.DEPLOY_BUCKET)
+        s3.create_bucket(Bucket=DEPLOY_BUCKET)
         self.faults.save(self.state_dir / "faults.json")
         self.fsx = FsxEmulator(
             self.state_dir / "fsx", s3_client=s3, faults=self.faults, region=REGION, account=ACCOUNT_ID
@@ -226,7 +241,7 @@ class EmbeddedStack:
             logs_client=self.client("logs"),
         )
         assert self.wiring is not None
-        provision.apply_notifications(self.wiring, s3)
+        apply_notifications(self.wiring, s3)
         self._start_event_sources()
         job_events.start()
 
@@ -249,30 +264,30 @@ class EmbeddedStack:
 
     def _provision(self, s3: Any) -> None:
         assert self.fsx is not None and self.runtime is not None
-        template = provision.load_template(self.template)
+        template = load_template(self.template)
         parameters = self._parameters(template)
         try:
-            provision.check_parameters(template, parameters)
-            provision.check_rules(template, parameters, region=REGION, stack_name=self.stack_name)
-        except provision.ProvisioningError as error:
+            check_parameters(template, parameters)
+            check_rules(template, parameters, region=REGION, stack_name=self.stack_name)
+        except ProvisioningError as error:
             raise EmbeddedStackError(f"stack {self.stack_name} refused at creation: {error}") from None
-        packaged, code_dirs = provision.package(template, self.template.parent, s3)
-        self.translated = provision.translate(packaged, parameters, REGION)
-        creators: dict[str, provision.ExternalCreator] = {
+        packaged, code_dirs = package(template, self.template.parent, s3)
+        self.translated = translate(packaged, parameters, REGION)
+        creators: dict[str, ExternalCreator] = {
             "AWS::FSx::FileSystem": self._create_file_system,
             "AWS::SageMaker::ModelPackageGroup": self._create_model_package_group,
             "AWS::FSx::DataRepositoryAssociation": self._create_data_repository_association,
         }
-        body, external = provision.create_external(
+        body, external = create_external(
             self.translated,
             creators,
-            provision.moto_supported_types(),
+            moto_supported_types(),
             stack_name=self.stack_name,
             parameters=parameters,
             region=REGION,
         )
         cfn = self.client("cloudformation")
-        with provision.deterministic_names():
+        with deterministic_names():
             cfn.create_stack(
                 StackName=self.stack_name,
                 TemplateBody=json.dumps(body),
@@ -303,7 +318,7 @@ class EmbeddedStack:
             ]
         )
         self._detach_moto_sqs_delivery()
-        self.wiring = provision.wire(
+        self.wiring = wire(
             body,
             code_dirs,
             physical=physical,
@@ -314,7 +329,7 @@ class EmbeddedStack:
         )
         self.wiring.external = external
         self.runtime.functions = dict(self.wiring.functions)
-        missing = provision.unwired(body, self.wiring)
+        missing = unwired(body, self.wiring)
         if missing:
             raise EmbeddedStackError(f"the embedded runtime did not wire: {', '.join(missing)}")
 
@@ -330,11 +345,7 @@ class EmbeddedStack:
         # Parameters without a Default (the image, the VPC): values AWS would accept; the emulation runs
         # training_image/ itself and needs no network.
         values.update(
-            {
-                k: v
-                for k, v in provision.embedded_parameters(REGION).items()
-                if k in declared and k not in values
-            }
+            {k: v for k, v in embedded_parameters(REGION).items() if k in declared and k not in values}
         )
         values.update(self.faults.parameter_overrides())
         values.update({k: str(v) for k, v in self.parameter_overrides.items()})
