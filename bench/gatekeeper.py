@@ -29,13 +29,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import results  # noqa: E402
-from retrain.embedded.iam.evaluator import Policy, PolicyEvaluator  # noqa: E402
-from retrain.embedded.iam.gatekeeper import Gatekeeper  # noqa: E402
-from retrain.embedded.iam.principals import Principals  # noqa: E402
+from retrain.embedded.account import ACCOUNT_ID, REGION  # noqa: E402
+from retrain.embedded.gatekeeper.gate import Gatekeeper  # noqa: E402
+from retrain.embedded.gatekeeper.iam.evaluator import Policy, PolicyEvaluator  # noqa: E402
+from retrain.embedded.gatekeeper.iam.principals import Principals  # noqa: E402
 from retrain.embedded.server import gated_moto_server  # noqa: E402
 
-ACCOUNT, REGION = "123456789012", "us-east-1"
-ROLE = f"arn:aws:iam::{ACCOUNT}:role/bench"
+ROLE = f"arn:aws:iam::{ACCOUNT_ID}:role/bench"
 TABLE, BUCKET = "bench-runs", "bench-artifacts"
 POLICY = Policy(
     "bench",
@@ -45,7 +45,7 @@ POLICY = Policy(
             {
                 "Effect": "Allow",
                 "Action": ["dynamodb:GetItem", "dynamodb:UpdateItem"],
-                "Resource": f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{TABLE}",
+                "Resource": f"arn:aws:dynamodb:{REGION}:{ACCOUNT_ID}:table/{TABLE}",
             },
             {
                 "Effect": "Allow",
@@ -105,8 +105,8 @@ def main() -> int:
 
     principals = Principals()
     credentials = principals.add(ROLE, [POLICY])
-    evaluator = PolicyEvaluator(account=ACCOUNT)
-    gatekeeper = Gatekeeper(principals, evaluator, region=REGION, account=ACCOUNT)
+    evaluator = PolicyEvaluator(account=ACCOUNT_ID)
+    gatekeeper = Gatekeeper(principals, evaluator, region=REGION, account=ACCOUNT_ID)
     plain_port, gated_port = free_port(), free_port()
     plain = ThreadedMotoServer(ip_address="127.0.0.1", port=plain_port, verbose=False)
     plain.start()

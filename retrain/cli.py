@@ -10,10 +10,8 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -24,46 +22,25 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from controller import names, runs
-from retrain import demo_data, local
+from retrain import local
 from retrain.collect import collect, find_run, runs_table
+from retrain.demo import (
+    DEMO_BATCHES,
+    DEMO_DATASET,
+    DEMO_PARAMETERS,
+    DEMO_TIMEOUT_MINUTES,
+    DemoOptions,
+    run_demo,
+)
 from retrain.deployment import Deployment, connect
-from retrain.errors import EmbeddedRuntimeError, NoCredentialsError, RetrainError, RunFailedError, UsageError
+from retrain.errors import EmbeddedRuntimeError, NoCredentialsError, RetrainError, RunFailedError
 from retrain.follow import follow, plain_line, render, snapshot, wait_for_run
 from retrain.report.build import write_report
 from retrain.start import Overrides, parse_assignments, start_run
 from retrain.summary import summary
-from retrain.upload import check_dataset_name, find_files, likely_images, upload_files
+from retrain.upload import check_dataset_name, find_files, upload_files
 
 RUNS_DIR = Path("runs")
-DEMO_DATASET = "digits"
-DEMO_BATCHES = 3
-DEMO_TIMEOUT_MINUTES = 60
-# Template parameters the demo (and `retrain local up`) override so a run finishes in minutes on 2 CPU
-# cores: three short spot trials at 32 pixels, the best trial shipped without a final retraining, a short
-# quiet period before the run starts, and the price of a CPU instance, which is what really runs here.
-# Digits are small subjects: a crop floor of half the image and a learning-rate range for SGD from
-# scratch (3 epochs at lr 0.05: val-accuracy 0.75 with the floor at 0.5, 0.44 at ImageNet's 0.08).
-# The demo also sets MinNewImages to the number of images it uploads, so the automatic run starts with
-# all of them however far the emulated ingest lags behind the uploads (MaxWaitSeconds is the fallback).
-DEMO_PARAMETERS = {
-    "TrainingInstanceType": "ml.m5.xlarge",
-    "Epochs": "3",
-    "ImageSize": "32",
-    "CropScaleMin": "0.5",
-    "LearningRateMin": "0.01",
-    "LearningRateMax": "0.2",
-    # That learning-rate range suits SGD; AdamW diverges there (its trials ended near chance, 0.16).
-    "Optimizers": "sgd",
-    "BatchSize": "32",
-    "CheckpointEverySteps": "20",
-    "FinalTraining": "false",
-    "MaxTuningJobs": "3",
-    "MaxParallelTuningJobs": "2",
-    "ImportPollSeconds": "2",
-    "MinNewImages": "1",
-    "QuietPeriodSeconds": "15",
-    "MaxWaitSeconds": "1800",
-}
 
 
 class _Group(TyperGroup):
@@ -198,7 +175,8 @@ def _finish(
 
 
 @app.command()
-def demo(
+# Typer reads the parameters as the command's options, one each (RUF100 while PLR0913 is not enabled).
+def demo(  # noqa: PLR0913, RUF100
     *,
     images: Annotated[
         Path | None, typer.Option("--images", help="Upload DIR/<label>/<image> instead of the digits.")
@@ -220,83 +198,21 @@ def demo(
     state_dir: StateDirOption = local.DEFAULT_STATE_DIR,
 ) -> None:
     """Run the whole flow on the embedded stack: upload, ingest, tune on spot, evaluate, gate, register."""
-    check_dataset_name(dataset)
-    if images is not None and limit is not None:
-        raise UsageError("--limit applies to the digits; with --images, put fewer images in the folder")
+    options = DemoOptions(
+        images=images,
+        dataset=dataset,
+        interrupt=interrupt,
+        faults=tuple(fault or ()),
+        limit=limit,
+        batches=batches,
+        timeout_minutes=timeout,
+        state_dir=state_dir,
+    )
     console = _console(json_output)
-    live = console.is_terminal
-    with contextlib.ExitStack() as cleanup:
-        if images is None:
-            folder = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="retrain-digits-")))
-            written = demo_data.write_digits(folder, limit=limit)
-            mistakes = demo_data.write_mistakes(folder)
-            if not json_output:
-                console.print(
-                    f"wrote {len(written.files)} digits images in {len(written.per_label)} label folders, "
-                    f"and {len(mistakes)} files a user might upload by mistake"
-                )
-            root = folder
-        else:
-            root = images
-        files = find_files(root)
-        faults, spot = _demo_runtime(fault or [], interrupt)
-        parameters = {**DEMO_PARAMETERS, "MinNewImages": str(max(1, len(likely_images(files))))}
-        deployment = cleanup.enter_context(
-            local.foreground(state_dir, parameter_overrides=parameters, faults=faults, spot=spot)
+    with run_demo(options, console=console, quiet=json_output) as ran:
+        _finish(
+            ran.deployment, ran.record, json_output=json_output, console=console, upload_keys=ran.upload_keys
         )
-        since = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S")
-        bucket = deployment.output(names.STACK_OUTPUTS["data_bucket"])
-        keys: list[str] = []
-        for number, batch in enumerate(demo_data.batches(files, min(batches, len(files))), start=1):
-            keys += upload_files(deployment.client("s3"), bucket, dataset, batch)
-            if not json_output:
-                console.print(f"upload batch {number}: {len(batch)} files to s3://{bucket}/data/{dataset}/")
-        progress = _ledger_progress(deployment, dataset, since, len(keys), console)
-        record = wait_for_run(
-            deployment, dataset, since=since, timeout_seconds=timeout * 60, on_wait=progress, poll_seconds=5
-        )
-        record = follow(deployment, record, console=console, live=live, timeout_seconds=timeout * 60)
-        _finish(deployment, record, json_output=json_output, console=console, upload_keys=set(keys))
-
-
-def _ledger_progress(
-    deployment: Deployment, dataset: str, since: str, total: int, console: Console
-) -> Callable[[], None]:
-    """While the demo waits for its run: how many of its uploads the control plane has recorded so far
-    (a COUNT query, so the wait adds little load to the stack it waits on)."""
-    last = -1
-    dynamodb = deployment.client("dynamodb")
-    table = deployment.output(names.STACK_OUTPUTS["ledger_table"])
-
-    def show() -> None:
-        nonlocal last
-        recorded = 0
-        for page in dynamodb.get_paginator("query").paginate(
-            TableName=table,
-            KeyConditionExpression="#pk = :dataset",
-            FilterExpression="recorded_at >= :since",
-            ExpressionAttributeNames={"#pk": names.LEDGER_PK},
-            ExpressionAttributeValues=runs.serialize({":dataset": dataset, ":since": since}),
-            Select="COUNT",
-        ):
-            recorded += int(page.get("Count", 0))
-        if recorded != last:
-            console.print(f"waiting for the run: {recorded} of {total} uploads recorded in the ledger")
-            last = recorded
-
-    return show
-
-
-def _demo_runtime(fault_specs: list[str], interrupt: int) -> tuple[Any, Any]:
-    """The fault config and spot schedule objects of the embedded runtime, built from the demo's options."""
-    from retrain.embedded.faults import Faults, FaultSpecError
-    from retrain.embedded.sagemaker.spot import SpotSchedule
-
-    try:
-        faults = Faults.parse(fault_specs)
-    except FaultSpecError as error:
-        raise UsageError(f"--fault: {error}") from None
-    return faults, SpotSchedule(interruptions=interrupt)
 
 
 @app.command()
@@ -319,7 +235,8 @@ def upload(
 
 
 @app.command()
-def start(
+# Typer reads the parameters as the command's options, one each (RUF100 while PLR0913 is not enabled).
+def start(  # noqa: PLR0913, RUF100
     *,
     dataset: Annotated[str, typer.Option("--dataset", help="Data set name.")],
     max_jobs: Annotated[int | None, typer.Option("--max-jobs", min=1, help="Tuning trials.")] = None,

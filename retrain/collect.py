@@ -20,7 +20,6 @@ import botocore.exceptions
 
 from controller import ledger, names, runs
 from retrain import job_logs
-from retrain.container_contract import contract
 from retrain.deployment import Deployment
 from retrain.errors import RunNotFoundError
 from retrain.report.facts import (
@@ -31,6 +30,7 @@ from retrain.report.facts import (
     RunFacts,
     Trial,
 )
+from retrain_contract import container as contract
 
 LEDGER_STATE = "state"
 LEDGER_REASON = "reason"

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from retrain.container_contract import contract
+from retrain_contract import container as contract
 
 TRAINING_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 PROCESSING_LOG_GROUP = "/aws/sagemaker/ProcessingJobs"

@@ -13,11 +13,12 @@ from typing import Any
 import boto3
 
 from retrain.deployment import Deployment, connect
+from retrain.embedded.account import REGION
 from retrain.errors import EmbeddedRuntimeError
 
 log = logging.getLogger(__name__)
 DEFAULT_STATE_DIR = Path(".retrain")
-LOCAL_REGION = "us-east-1"
+LOCAL_REGION = REGION
 # The emulation accepts any credentials; these keep boto3 from looking for (or using) real ones.
 LOCAL_KEY = "retrain-local"
 

@@ -11,22 +11,22 @@ import re
 import sys
 from pathlib import Path
 
+from retrain.embedded.account import ACCOUNT_ID, REGION
+
 PLACEHOLDER = re.compile(r"\$\{(?P<name>[A-Za-z0-9_]+)\}")
-ACCOUNT = "123456789012"
-REGION = "us-east-1"
 
 
 def stand_in(name: str) -> str:
     """A syntactically valid value for the placeholder `name`, chosen by its suffix."""
     lowered = name.lower()
     if lowered.endswith("functionarn"):
-        return f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{name}"
+        return f"arn:aws:lambda:{REGION}:{ACCOUNT_ID}:function:{name}"
     if lowered.endswith("topicarn"):
-        return f"arn:aws:sns:{REGION}:{ACCOUNT}:{name}"
+        return f"arn:aws:sns:{REGION}:{ACCOUNT_ID}:{name}"
     if lowered.endswith("rolearn"):
-        return f"arn:aws:iam::{ACCOUNT}:role/{name}"
+        return f"arn:aws:iam::{ACCOUNT_ID}:role/{name}"
     if lowered.endswith("arn"):
-        return f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:{name}"
+        return f"arn:aws:states:{REGION}:{ACCOUNT_ID}:stateMachine:{name}"
     return f"stand-in-{name}"
 
 

@@ -1,8 +1,8 @@
 """Static check: the IAM roles of template.yaml against every AWS call the code and the state machine make.
 
 No stack runs. The template is translated as SAM does; its intrinsics are resolved to stand-in names;
-then, per role, every call is authorised with iam-simulate (:mod:`retrain.embedded.iam`), and every
-Task's static Parameters are held against the API's model (:mod:`retrain.embedded.contracts`):
+then, per role, every call is authorised with iam-simulate (:mod:`retrain.embedded.gatekeeper.iam`), and every
+Task's static Parameters are held against the API's model (:mod:`retrain.embedded.gatekeeper.contracts`):
 
 - each Lambda function's calls, found by reading its handler's source (:mod:`retrain.dev.calls`), with
   the resources its environment names (a table, a bucket);
@@ -27,16 +27,17 @@ from pathlib import Path
 from typing import Any, Final
 
 from retrain.dev import calls
-from retrain.dev.template_model import ACCOUNT, REGION, REPO, Role, Template, load
-from retrain.embedded import contracts
-from retrain.embedded.iam.actions import (
+from retrain.dev.template_model import REPO, Role, Template, load
+from retrain.embedded.account import ACCOUNT_ID, REGION
+from retrain.embedded.gatekeeper import contracts
+from retrain.embedded.gatekeeper.iam.actions import (
     LOG_DELIVERY_ACTIONS,
     Access,
     UnknownOperationError,
     accesses,
     sync_accesses,
 )
-from retrain.embedded.iam.evaluator import AuthzRequest, PolicyEvaluator
+from retrain.embedded.gatekeeper.iam.evaluator import AuthzRequest, PolicyEvaluator
 from retrain_contract import container
 
 UNKNOWN: Final = "*"  # a part of a request known only at run time
@@ -133,7 +134,7 @@ def lambda_findings(checker: Checker, functions_dir: Path = REPO / "functions") 
                 )
             params = {name: _value(source, name, environment) for name, source in call.params.items()}
             try:
-                needed = accesses(call.service, call.operation, params, region=REGION, account=ACCOUNT)
+                needed = accesses(call.service, call.operation, params, region=REGION, account=ACCOUNT_ID)
             except (UnknownOperationError, KeyError) as error:
                 found.append(
                     Finding(who, f"{call.service}:{call.operation}", call.where, f"no IAM mapping ({error})")
@@ -226,9 +227,9 @@ def state_machine_findings(checker: Checker) -> list[Finding]:
             found += _contract_findings(who, where, service, operation, params)
             concrete = _concrete(params)
             try:
-                needed = accesses(service, operation, concrete, region=REGION, account=ACCOUNT)
+                needed = accesses(service, operation, concrete, region=REGION, account=ACCOUNT_ID)
                 if sync:
-                    needed += sync_accesses(operation, concrete, region=REGION, account=ACCOUNT)
+                    needed += sync_accesses(operation, concrete, region=REGION, account=ACCOUNT_ID)
             except (UnknownOperationError, KeyError) as error:
                 found.append(Finding(who, f"{service}:{operation}", where, f"no IAM mapping ({error})"))
                 continue
@@ -294,11 +295,11 @@ def sagemaker_role_findings(checker: Checker) -> list[Finding]:
             ),
             Access(
                 "logs:CreateLogStream",
-                f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/sagemaker/TrainingJobs:log-stream:job/algo-1",
+                f"arn:aws:logs:{REGION}:{ACCOUNT_ID}:log-group:/aws/sagemaker/TrainingJobs:log-stream:job/algo-1",
             ),
             Access(
                 "logs:PutLogEvents",
-                f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/sagemaker/TrainingJobs:log-stream:job/algo-1",
+                f"arn:aws:logs:{REGION}:{ACCOUNT_ID}:log-group:/aws/sagemaker/TrainingJobs:log-stream:job/algo-1",
             ),
         ]
         found += checker.check(
@@ -311,7 +312,7 @@ def sagemaker_role_findings(checker: Checker) -> list[Finding]:
 
 
 def run(template_path: Path = REPO / "template.yaml") -> list[Finding]:
-    with PolicyEvaluator(account=ACCOUNT) as evaluator:
+    with PolicyEvaluator(account=ACCOUNT_ID) as evaluator:
         checker = Checker(load(template_path), evaluator)
         return lambda_findings(checker) + state_machine_findings(checker) + sagemaker_role_findings(checker)
 

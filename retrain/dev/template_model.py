@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from retrain.embedded import provision
-from retrain.embedded.iam.evaluator import Policy
-from retrain.embedded.iam.principals import managed_policy
+from retrain.embedded.account import ACCOUNT_ID, REGION
+from retrain.embedded.gatekeeper.iam.evaluator import Policy
+from retrain.embedded.gatekeeper.iam.principals import managed_policy
+from retrain.embedded.provisioning.intrinsics import Intrinsics
+from retrain.embedded.provisioning.parameters import check_parameters, check_rules, parameter_values
+from retrain.embedded.provisioning.sam import embedded_parameters, load_template, package, translate
 
 REPO: Final = Path(__file__).resolve().parents[2]
-REGION: Final = "us-east-1"
-ACCOUNT: Final = provision.ACCOUNT_ID
 STACK: Final = "retrain"
 
 
@@ -38,7 +39,7 @@ class Template:
     """A translated template whose intrinsics resolve to stand-in names."""
 
     translated: dict[str, Any]
-    intrinsics: provision.Intrinsics
+    intrinsics: Intrinsics
     roles: dict[str, Role]  # by ARN
 
     def resolve(self, node: Any) -> Any:
@@ -85,7 +86,7 @@ def _stand_ins(
     values: dict[str, Any] = {}
     attributes: dict[tuple[str, str], str] = {}
     partition, _ = partition_of(region)
-    prefix = f"arn:{partition}:{{}}:{region}:{ACCOUNT}:"
+    prefix = f"arn:{partition}:{{}}:{region}:{ACCOUNT_ID}:"
     for logical_id, resource in resources.items():
         name = f"{STACK}-{logical_id}"
         kind = resource["Type"]
@@ -95,13 +96,13 @@ def _stand_ins(
             "AWS::SQS::Queue": prefix.format("sqs") + name,
             "AWS::SNS::Topic": prefix.format("sns") + name,
             "AWS::Lambda::Function": prefix.format("lambda") + f"function:{name}",
-            "AWS::IAM::Role": f"arn:{partition}:iam::{ACCOUNT}:role/{name}",
+            "AWS::IAM::Role": f"arn:{partition}:iam::{ACCOUNT_ID}:role/{name}",
             "AWS::Logs::LogGroup": prefix.format("logs") + f"log-group:{name}:*",
             "AWS::Events::Rule": prefix.format("events") + f"rule/{name}",
         }.get(kind, prefix.format("static") + name)
         values[logical_id] = {
             "AWS::S3::Bucket": name.lower(),
-            "AWS::SQS::Queue": f"https://sqs.{region}.amazonaws.com/{ACCOUNT}/{name}",
+            "AWS::SQS::Queue": f"https://sqs.{region}.amazonaws.com/{ACCOUNT_ID}/{name}",
             "AWS::SNS::Topic": arn,
             "AWS::FSx::FileSystem": "fs-0123456789abcdef0",
         }.get(kind, name)
@@ -125,30 +126,28 @@ def load(
     region: str = REGION,
 ) -> Template:
     """The template as a deploy in `region` would see it (ProvisioningError where it would refuse it)."""
-    template = provision.load_template(template_path)
+    template = load_template(template_path)
     declared = template.get("Parameters", {})
     values = {k: str(v["Default"]) for k, v in declared.items() if "Default" in v}
-    values.update(
-        {k: v for k, v in provision.embedded_parameters(region).items() if k in declared and k not in values}
-    )
+    values.update({k: v for k, v in embedded_parameters(region).items() if k in declared and k not in values})
     values.update(parameters or {})
-    provision.check_parameters(template, values)
-    provision.check_rules(template, values, region=region, stack_name=STACK)
-    packaged, _ = provision.package(template, template_path.parent, _NoUpload())
-    translated = provision.translate(packaged, values, region)
+    check_parameters(template, values)
+    check_rules(template, values, region=region, stack_name=STACK)
+    packaged, _ = package(template, template_path.parent, _NoUpload())
+    translated = translate(packaged, values, region)
     refs, attributes = _stand_ins(translated["Resources"], region)
     partition, url_suffix = partition_of(region)
     # State machines named in the template keep their name (policies and environments build ARNs of it).
-    intrinsics = provision.Intrinsics(
+    intrinsics = Intrinsics(
         {
             "AWS::Region": region,
-            "AWS::AccountId": ACCOUNT,
+            "AWS::AccountId": ACCOUNT_ID,
             "AWS::Partition": partition,
             "AWS::StackName": STACK,
             "AWS::URLSuffix": url_suffix,
             "AWS::NoValue": None,
             **refs,
-            **provision.parameter_values(translated, values),
+            **parameter_values(translated, values),
         },
         attributes,
         conditions=translated.get("Conditions"),
@@ -159,7 +158,7 @@ def load(
             name = str(
                 intrinsics.resolve(resource["Properties"].get("StateMachineName", f"{STACK}-{logical_id}"))
             )
-            arn = f"arn:{partition}:states:{region}:{ACCOUNT}:stateMachine:{name}"
+            arn = f"arn:{partition}:states:{region}:{ACCOUNT_ID}:stateMachine:{name}"
             intrinsics.values[logical_id] = arn
             intrinsics.attributes.update({(logical_id, "Name"): name, (logical_id, "Arn"): arn})
     roles: dict[str, Role] = {}

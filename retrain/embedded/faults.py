@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Final
 
-from retrain.container_contract import contract
+from retrain_contract import container as contract
 
 CREATE_TRAINING_JOB_ERRORS: Final[dict[str, str]] = {
     "throttle": "ThrottlingException",

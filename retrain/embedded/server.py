@@ -2,7 +2,7 @@
 
 Every signed request (the Lambdas, the CLI, the SageMaker jobs, the state machine's own calls) is routed
 to its operation with moto's botocore-driven router and parser, held against the API contract and the
-caller's IAM policies (:mod:`retrain.embedded.iam.gatekeeper`), and answered with the service's own
+caller's IAM policies (:mod:`retrain.embedded.gatekeeper.gate`), and answered with the service's own
 error format when refused, before moto sees it. Unsigned requests (moto's ``/moto-api``) pass as they are.
 """
 
@@ -20,7 +20,7 @@ from xml.sax.saxutils import escape
 
 from werkzeug.serving import make_server
 
-from retrain.embedded.iam.gatekeeper import Gatekeeper, RequestRefusedError
+from retrain.embedded.gatekeeper.gate import Gatekeeper, RequestRefusedError
 
 LOG = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 What a later ``retrain runs`` / ``retrain report`` / second demo needs is data, not infrastructure: the
 stack is re-created from the template on every start (with the same physical names, see
-``provision.deterministic_names``), then this module puts back the objects of its buckets (every
+``provisioning.external.deterministic_names``), then this module puts back the objects of its buckets (every
 version, oldest first, so each key's newest content is current again; moto assigns new version ids),
 the items of its tables and the CloudWatch Logs events of the job and function log groups. The
 SageMaker emulator and the FSx emulation keep their own records on disk.

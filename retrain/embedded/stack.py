@@ -2,7 +2,7 @@
 
 ``EmbeddedStack`` starts the server (``AWS_ENDPOINT_URL`` for everything: the CLI, the Lambda processes,
 the training jobs) behind the gatekeeper (every request held against its API contract and its role's
-IAM policies, :mod:`retrain.embedded.iam`), installs the integrations moto lacks, provisions the
+IAM policies, :mod:`retrain.embedded.gatekeeper.iam`), installs the integrations moto lacks, provisions the
 template as a CloudFormation stack (its parameters and Rules checked first), wires the Lambda runtime,
 the SQS pollers and the scheduler (each signing as its function's role), and restores the data saved by
 the previous stop. ``stop()`` saves the data again (``snapshot``), so runs, reports and warm starts outlive
@@ -31,24 +31,43 @@ from typing import Any, Final
 import boto3
 from botocore.config import Config
 
-from retrain.embedded import integrations, provision, s3_notices, snapshot
-from retrain.embedded.event_sources import Scheduler, SqsPoller
+from retrain.embedded import snapshot
+from retrain.embedded.account import ACCOUNT_ID, REGION
+from retrain.embedded.awslambda.runtime import LambdaRuntime
+from retrain.embedded.events import s3_notices
+from retrain.embedded.events.sagemaker_jobs import JobEvents
+from retrain.embedded.events.scheduler import Scheduler
+from retrain.embedded.events.sqs_poller import SqsPoller
 from retrain.embedded.faults import FaultingSageMaker, Faults
-from retrain.embedded.fsx import FsxEmulator, install_api
-from retrain.embedded.iam.actions import LOG_DELIVERY_ACTIONS, Access
-from retrain.embedded.iam.evaluator import PolicyEvaluator
-from retrain.embedded.iam.gatekeeper import Gatekeeper, RequestRefusedError
-from retrain.embedded.iam.principals import Principals
-from retrain.embedded.lambda_runtime import LambdaRuntime
-from retrain.embedded.sagemaker_events import JobEvents
+from retrain.embedded.fsx.api import install_api
+from retrain.embedded.fsx.emulator import FsxEmulator
+from retrain.embedded.gatekeeper.gate import Gatekeeper, RequestRefusedError
+from retrain.embedded.gatekeeper.iam.actions import LOG_DELIVERY_ACTIONS, Access
+from retrain.embedded.gatekeeper.iam.evaluator import PolicyEvaluator
+from retrain.embedded.gatekeeper.iam.principals import Principals
+from retrain.embedded.provisioning.external import (
+    ExternalCreator,
+    create_external,
+    deterministic_names,
+    moto_supported_types,
+)
+from retrain.embedded.provisioning.parameters import check_parameters, check_rules
+from retrain.embedded.provisioning.sam import (
+    DEPLOY_BUCKET,
+    ProvisioningError,
+    embedded_parameters,
+    load_template,
+    package,
+    translate,
+)
+from retrain.embedded.provisioning.wiring import Wiring, apply_notifications, unwired, wire
 from retrain.embedded.server import gated_moto_server
+from retrain.embedded.stepfunctions import integrations
 
 LOG = logging.getLogger(__name__)
 REPO_ROOT: Final = Path(__file__).resolve().parents[2]
 DEFAULT_STATE_DIR: Final = Path(".retrain")
 DEFAULT_STACK_NAME: Final = "retrain"
-REGION: Final = "us-east-1"
-ACCOUNT: Final = provision.ACCOUNT_ID
 SERVER_FILE: Final = "server.json"
 LOCAL_KEY: Final = "retrain-local"
 _ECR_IMAGE: Final = re.compile(
@@ -96,7 +115,7 @@ class EmbeddedStack:
         self.fsx: FsxEmulator | None = None
         self.sagemaker: Any = None
         self.job_events: JobEvents | None = None
-        self.wiring: provision.Wiring | None = None
+        self.wiring: Wiring | None = None
         self.translated: dict[str, Any] = {}
         self._pollers: list[SqsPoller] = []
         self.degraded: list[str] = []
@@ -106,7 +125,7 @@ class EmbeddedStack:
         )
         # Every request is held against the API's contract and (for the stack's roles) IAM: always on.
         self.gatekeeper = Gatekeeper(
-            Principals(), PolicyEvaluator(account=ACCOUNT), region=REGION, account=ACCOUNT
+            Principals(), PolicyEvaluator(account=ACCOUNT_ID), region=REGION, account=ACCOUNT_ID
         )
         self._role_clients: dict[str, tuple[Any, Any]] = {}
         self._events_client: Any = None
@@ -180,10 +199,10 @@ class EmbeddedStack:
         self._server = gated_moto_server(self.gatekeeper, ip_address="127.0.0.1", port=self.port)
 
         s3 = self.client("s3")
-        s3.create_bucket(Bucket=provision.DEPLOY_BUCKET)
+        s3.create_bucket(Bucket=DEPLOY_BUCKET)
         self.faults.save(self.state_dir / "faults.json")
         self.fsx = FsxEmulator(
-            self.state_dir / "fsx", s3_client=s3, faults=self.faults, region=REGION, account=ACCOUNT
+            self.state_dir / "fsx", s3_client=s3, faults=self.faults, region=REGION, account=ACCOUNT_ID
         )
         self.sagemaker = self._sagemaker(s3)
         self.runtime = LambdaRuntime(
@@ -222,7 +241,7 @@ class EmbeddedStack:
             logs_client=self.client("logs"),
         )
         assert self.wiring is not None
-        provision.apply_notifications(self.wiring, s3)
+        apply_notifications(self.wiring, s3)
         self._start_event_sources()
         job_events.start()
 
@@ -245,30 +264,30 @@ class EmbeddedStack:
 
     def _provision(self, s3: Any) -> None:
         assert self.fsx is not None and self.runtime is not None
-        template = provision.load_template(self.template)
+        template = load_template(self.template)
         parameters = self._parameters(template)
         try:
-            provision.check_parameters(template, parameters)
-            provision.check_rules(template, parameters, region=REGION, stack_name=self.stack_name)
-        except provision.ProvisioningError as error:
+            check_parameters(template, parameters)
+            check_rules(template, parameters, region=REGION, stack_name=self.stack_name)
+        except ProvisioningError as error:
             raise EmbeddedStackError(f"stack {self.stack_name} refused at creation: {error}") from None
-        packaged, code_dirs = provision.package(template, self.template.parent, s3)
-        self.translated = provision.translate(packaged, parameters, REGION)
-        creators: dict[str, provision.ExternalCreator] = {
+        packaged, code_dirs = package(template, self.template.parent, s3)
+        self.translated = translate(packaged, parameters, REGION)
+        creators: dict[str, ExternalCreator] = {
             "AWS::FSx::FileSystem": self._create_file_system,
             "AWS::SageMaker::ModelPackageGroup": self._create_model_package_group,
             "AWS::FSx::DataRepositoryAssociation": self._create_data_repository_association,
         }
-        body, external = provision.create_external(
+        body, external = create_external(
             self.translated,
             creators,
-            provision.moto_supported_types(),
+            moto_supported_types(),
             stack_name=self.stack_name,
             parameters=parameters,
             region=REGION,
         )
         cfn = self.client("cloudformation")
-        with provision.deterministic_names():
+        with deterministic_names():
             cfn.create_stack(
                 StackName=self.stack_name,
                 TemplateBody=json.dumps(body),
@@ -289,7 +308,7 @@ class EmbeddedStack:
             r["LogicalResourceId"]: r["PhysicalResourceId"] for r in resources if r.get("PhysicalResourceId")
         }
         LOG.debug("stack resources: %s", resources)
-        self.gatekeeper.principals.load_stack_roles(body, physical, account=ACCOUNT, region=REGION)
+        self.gatekeeper.principals.load_stack_roles(body, physical, account=ACCOUNT_ID, region=REGION)
         self._check_state_machine_logging(body, physical)
         self._register_state_machines(
             [
@@ -299,7 +318,7 @@ class EmbeddedStack:
             ]
         )
         self._detach_moto_sqs_delivery()
-        self.wiring = provision.wire(
+        self.wiring = wire(
             body,
             code_dirs,
             physical=physical,
@@ -310,7 +329,7 @@ class EmbeddedStack:
         )
         self.wiring.external = external
         self.runtime.functions = dict(self.wiring.functions)
-        missing = provision.unwired(body, self.wiring)
+        missing = unwired(body, self.wiring)
         if missing:
             raise EmbeddedStackError(f"the embedded runtime did not wire: {', '.join(missing)}")
 
@@ -326,11 +345,7 @@ class EmbeddedStack:
         # Parameters without a Default (the image, the VPC): values AWS would accept; the emulation runs
         # training_image/ itself and needs no network.
         values.update(
-            {
-                k: v
-                for k, v in provision.embedded_parameters(REGION).items()
-                if k in declared and k not in values
-            }
+            {k: v for k, v in embedded_parameters(REGION).items() if k in declared and k not in values}
         )
         values.update(self.faults.parameter_overrides())
         values.update({k: str(v) for k, v in self.parameter_overrides.items()})
@@ -402,7 +417,9 @@ class EmbeddedStack:
             if not (props.get("LoggingConfiguration") or {}).get("Destinations"):
                 continue
             role = (
-                stepfunctions_backends[ACCOUNT][REGION].describe_state_machine(physical[logical_id]).roleArn
+                stepfunctions_backends[ACCOUNT_ID][REGION]
+                .describe_state_machine(physical[logical_id])
+                .roleArn
             )
             try:
                 self.gatekeeper.authorize(
@@ -424,8 +441,8 @@ class EmbeddedStack:
         from moto.stepfunctions.parser.models import stepfunctions_parser_backends
 
         for arn in arns:
-            plain = stepfunctions_backends[ACCOUNT][REGION].describe_state_machine(arn)
-            stepfunctions_parser_backends[ACCOUNT][REGION].create_state_machine(
+            plain = stepfunctions_backends[ACCOUNT_ID][REGION].describe_state_machine(arn)
+            stepfunctions_parser_backends[ACCOUNT_ID][REGION].create_state_machine(
                 name=plain.name, definition=plain.definition, roleArn=plain.roleArn
             )
 
@@ -434,7 +451,7 @@ class EmbeddedStack:
         """moto delivers SQS messages to mapped functions inline at SendMessage; the pollers do it instead."""
         from moto.sqs.models import sqs_backends
 
-        for queue in sqs_backends[ACCOUNT][REGION].queues.values():
+        for queue in sqs_backends[ACCOUNT_ID][REGION].queues.values():
             queue.lambda_event_source_mappings.clear()
 
     def _start_event_sources(self) -> None:
@@ -458,7 +475,7 @@ class EmbeddedStack:
             self.wiring.scheduled_rules,
             invoke=self.runtime.invoke,
             sqs_client=sqs,
-            account=ACCOUNT,
+            account=ACCOUNT_ID,
             region=REGION,
             time_scale=self.time_scale,
         )

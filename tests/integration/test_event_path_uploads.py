@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from controller import dispatch, finalize, ingest, ledger, prepare
-from retrain.embedded import s3_notices
+from retrain.embedded.events import s3_notices
 from tests.unit.functions import images
 from tests.unit.functions.support import Aws, make_config, moto_aws, sqs_event
 

@@ -2,7 +2,7 @@
 
 The Lambda steps are this project's functions (run in-process by the installed invoker); SageMaker and
 FSx are answered at the service boundary by scripted doubles (their jobs "run" by writing the output files
-the real containers write), through retrain.embedded.integrations.
+the real containers write), through retrain.embedded.stepfunctions.integrations.
 """
 
 from __future__ import annotations
@@ -36,14 +36,15 @@ from controller import (
     runs,
 )
 from controller.config import Config
-from retrain.embedded.integrations import installed
+from retrain.embedded.account import ACCOUNT_ID
+from retrain.embedded.stepfunctions.integrations import installed
 from tests.unit.functions.support import Aws, make_config, moto_aws, object_created, sqs_event
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 ASL = REPO / "statemachine" / "training.asl.json"
-ACCOUNT = "123456789012"
+ACCOUNT = ACCOUNT_ID
 FUNCTIONS = (
     "PrepareRunFunction",
     "ImportReportFunction",

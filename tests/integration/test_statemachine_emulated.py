@@ -20,8 +20,8 @@ from PIL import Image
 
 from controller import names
 from controller.config import Config, get_config
-from retrain.embedded.integrations import installed
 from retrain.embedded.sagemaker import SageMakerEmulator, api_installed
+from retrain.embedded.stepfunctions.integrations import installed
 from tests.integration.test_statemachine_branches import (
     FUNCTIONS,
     SETTINGS,

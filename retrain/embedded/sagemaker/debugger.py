@@ -19,12 +19,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from retrain.container_contract import contract
 from retrain.embedded.sagemaker.logs import PROCESSING_LOG_GROUP, LogShipper, log_stream_name
 from retrain.embedded.sagemaker.s3io import S3Uri, upload_tree
+from retrain_contract import container as contract
 
 HOOK_CONFIG_FILE = "debughookconfig.json"
-DEFAULT_HOOK_LOCAL_PATH = "/opt/ml/output/tensors"
+DEFAULT_HOOK_LOCAL_PATH = contract.DEBUG_HOOK_LOCAL_PATH  # SageMaker's default LocalPath
 RULE_KINDS = {
     "DebugRuleConfigurations": "DebugRuleEvaluationStatuses",
     "ProfilerRuleConfigurations": "ProfilerRuleEvaluationStatuses",

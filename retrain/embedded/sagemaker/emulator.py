@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from retrain.container_contract import TRAINING_IMAGE_DIR
+from retrain.embedded.account import ACCOUNT_ID, REGION
 from retrain.embedded.sagemaker import debugger
 from retrain.embedded.sagemaker.errors import (
     RESOURCE_LIMIT_EXCEEDED,
@@ -51,8 +51,8 @@ from retrain.embedded.sagemaker.validation import (
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
-DEFAULT_CODE_DIR = TRAINING_IMAGE_DIR
-DEFAULT_ACCOUNT = "123456789012"
+# The image's code as the Dockerfile lays it out in /opt/ml/code (retrain_contract is installed with it).
+DEFAULT_CODE_DIR = Path(__file__).resolve().parents[3] / "training_image"
 TIME_FIELDS = frozenset(
     {
         "CreationTime",
@@ -127,8 +127,8 @@ class SageMakerEmulator:
         spot: SpotSchedule | None = None,
         faults: SageMakerFaults | None = None,
         code_dir: Path | None = None,
-        region: str = "us-east-1",
-        account_id: str = DEFAULT_ACCOUNT,
+        region: str = REGION,
+        account_id: str = ACCOUNT_ID,
         grace_seconds: float | None = None,
         max_concurrent_training_jobs: int = 8,
         tuning_seed: int | None = None,

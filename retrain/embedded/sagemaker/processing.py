@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from retrain.container_contract import contract
 from retrain.embedded.sagemaker.logs import PROCESSING_LOG_GROUP, LogShipper, log_stream_name
 from retrain.embedded.sagemaker.s3io import S3Uri, download_manifest, download_prefix, upload_tree
 from retrain.embedded.sagemaker.training import (
@@ -30,6 +29,7 @@ from retrain.embedded.sagemaker.training import (
     Updater,
     rewrite_local_path,
 )
+from retrain_contract import container as contract
 
 DEFAULT_MAX_RUNTIME = 86400
 

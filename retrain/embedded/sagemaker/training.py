@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from retrain.container_contract import contract
 from retrain.embedded.sagemaker import debugger
 from retrain.embedded.sagemaker.logs import (
     TRAINING_LOG_GROUP,
@@ -42,6 +41,7 @@ from retrain.embedded.sagemaker.s3io import (
     upload_file,
 )
 from retrain.embedded.sagemaker.spot import SageMakerFaults, SpotSchedule
+from retrain_contract import container as contract
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -365,7 +365,9 @@ class TrainingRun:
         debugger.write_hook_config(self.request, self.tree["base"])
         checkpoint = self.request.get("CheckpointConfig")
         if checkpoint:
-            local = rewrite_local_path(checkpoint.get("LocalPath", "/opt/ml/checkpoints"), self.tree["base"])
+            local = rewrite_local_path(
+                checkpoint.get("LocalPath", contract.CHECKPOINT_LOCAL_PATH), self.tree["base"]
+            )
             self.tree["checkpoints"] = local
             self.checkpoint_sync = CheckpointSync(self.ctx.s3, local, S3Uri.parse(checkpoint["S3Uri"]))
 

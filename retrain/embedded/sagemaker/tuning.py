@@ -108,41 +108,43 @@ def parse_ranges(ranges: Mapping[str, Any], static: Mapping[str, str]) -> list[P
                     "remove it from StaticHyperParameters",
                     OPERATION,
                 )
-            if kind == "Categorical":
-                values = tuple(str(v) for v in item.get("Values") or [])
-                if not values:
-                    raise validation(
-                        f"CategoricalParameterRange {name!r} needs at least one value", OPERATION
-                    )
-                specs.append(ParameterSpec(name, kind, values=values))
-                continue
-            scaling = item.get("ScalingType", "Auto")
-            if scaling not in SCALING_TYPES:
-                raise validation(f"Range {name!r}: ScalingType must be one of {SCALING_TYPES}", OPERATION)
-            try:
-                low, high = float(item["MinValue"]), float(item["MaxValue"])
-            except (KeyError, ValueError) as exc:
-                raise validation(f"Range {name!r}: MinValue and MaxValue must be numbers", OPERATION) from exc
-            if kind == "Integer" and (low != int(low) or high != int(high)):
-                raise validation(
-                    f"IntegerParameterRange {name!r}: MinValue and MaxValue must be integers", OPERATION
-                )
-            if low > high:
-                raise validation(f"Range {name!r}: MinValue {low} is greater than MaxValue {high}", OPERATION)
-            if scaling == "Logarithmic" and low <= 0:
-                raise validation(
-                    f"Range {name!r}: Logarithmic scaling needs MinValue > 0, got {item['MinValue']}",
-                    OPERATION,
-                )
-            if scaling == "ReverseLogarithmic" and (kind != "Continuous" or not 0 <= low < high < 1):
-                raise validation(
-                    f"Range {name!r}: ReverseLogarithmic scaling is for continuous ranges within [0, 1)",
-                    OPERATION,
-                )
-            specs.append(ParameterSpec(name, kind, low, high, scaling))
+            specs.append(
+                _categorical_spec(name, item) if kind == "Categorical" else _numeric_spec(name, kind, item)
+            )
     if not specs:
         raise validation("HyperParameterTuningJobConfig.ParameterRanges defines no range to tune", OPERATION)
     return specs
+
+
+def _categorical_spec(name: str, item: Mapping[str, Any]) -> ParameterSpec:
+    values = tuple(str(v) for v in item.get("Values") or [])
+    if not values:
+        raise validation(f"CategoricalParameterRange {name!r} needs at least one value", OPERATION)
+    return ParameterSpec(name, "Categorical", values=values)
+
+
+def _numeric_spec(name: str, kind: str, item: Mapping[str, Any]) -> ParameterSpec:
+    """An Integer or Continuous range, refused as SageMaker refuses it."""
+    scaling = item.get("ScalingType", "Auto")
+    if scaling not in SCALING_TYPES:
+        raise validation(f"Range {name!r}: ScalingType must be one of {SCALING_TYPES}", OPERATION)
+    try:
+        low, high = float(item["MinValue"]), float(item["MaxValue"])
+    except (KeyError, ValueError) as exc:
+        raise validation(f"Range {name!r}: MinValue and MaxValue must be numbers", OPERATION) from exc
+    if kind == "Integer" and (low != int(low) or high != int(high)):
+        raise validation(f"IntegerParameterRange {name!r}: MinValue and MaxValue must be integers", OPERATION)
+    if low > high:
+        raise validation(f"Range {name!r}: MinValue {low} is greater than MaxValue {high}", OPERATION)
+    if scaling == "Logarithmic" and low <= 0:
+        raise validation(
+            f"Range {name!r}: Logarithmic scaling needs MinValue > 0, got {item['MinValue']}", OPERATION
+        )
+    if scaling == "ReverseLogarithmic" and (kind != "Continuous" or not 0 <= low < high < 1):
+        raise validation(
+            f"Range {name!r}: ReverseLogarithmic scaling is for continuous ranges within [0, 1)", OPERATION
+        )
+    return ParameterSpec(name, kind, low, high, scaling)
 
 
 def make_sampler(strategy: str, seed: int | None) -> optuna.samplers.BaseSampler:

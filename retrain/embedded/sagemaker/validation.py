@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from retrain.embedded.sagemaker.errors import validation
+from retrain_contract import container as contract
 
 NAME_PATTERN = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 TUNING_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,31}$")
@@ -131,13 +132,13 @@ def check_training_definition(request: Mapping[str, Any], operation: str) -> Non
             for field in ("FileSystemId", "FileSystemType", "DirectoryPath", "FileSystemAccessMode"):
                 require(fsx, field, operation)
     hook = request.get("DebugHookConfig")
-    if hook and not str(hook.get("LocalPath", "/opt/ml/output/tensors")).startswith("/opt/ml/"):
+    if hook and not str(hook.get("LocalPath", contract.DEBUG_HOOK_LOCAL_PATH)).startswith("/opt/ml/"):
         raise validation("DebugHookConfig.LocalPath must be under /opt/ml in the embedded runtime", operation)
     checkpoint = request.get("CheckpointConfig")
     if checkpoint is not None and not str(checkpoint.get("S3Uri", "")).startswith("s3://"):
         raise validation("CheckpointConfig.S3Uri must be an S3 URI (s3://bucket/prefix)", operation)
     if checkpoint is not None:
-        local = str(checkpoint.get("LocalPath", "/opt/ml/checkpoints"))
+        local = str(checkpoint.get("LocalPath", contract.CHECKPOINT_LOCAL_PATH))
         if not local.startswith("/opt/ml/"):
             raise validation(
                 f"CheckpointConfig.LocalPath {local!r} must be under /opt/ml in the embedded runtime",

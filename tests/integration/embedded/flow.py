@@ -12,7 +12,7 @@ from typing import Any
 
 from controller import names, runs
 from retrain import demo_data
-from retrain.cli import DEMO_PARAMETERS
+from retrain.demo import DEMO_PARAMETERS
 from retrain.embedded.faults import Faults
 from retrain.embedded.sagemaker import SpotSchedule
 from retrain.embedded.stack import EmbeddedStack

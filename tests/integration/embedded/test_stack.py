@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from retrain.embedded import provision
+from retrain.embedded.provisioning import wiring
 from retrain.embedded.stack import EmbeddedStack
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -69,7 +69,7 @@ def test_describe_stacks_returns_the_template_outputs(stack: EmbeddedStack) -> N
 def test_every_function_queue_table_rule_mapping_and_state_machine_is_wired(stack: EmbeddedStack) -> None:
     assert stack.wiring is not None
 
-    assert provision.unwired(stack.translated, stack.wiring) == []
+    assert wiring.unwired(stack.translated, stack.wiring) == []
     assert sorted(spec.logical_id for spec in stack.wiring.functions.values()) == [
         "IngestFunction",
         "MarkFunction",

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from controller import names
-from retrain.embedded import provision
+from retrain.embedded.provisioning import wiring
 from retrain.embedded.stack import EmbeddedStack
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -18,7 +18,7 @@ def test_template_yaml_provisions_every_output_and_wires_every_runtime_resource(
         described = stack.client("cloudformation").describe_stacks(StackName=stack.stack_name)["Stacks"][0]
         outputs = {o["OutputKey"]: o["OutputValue"] for o in described["Outputs"]}
         assert stack.wiring is not None
-        unwired = provision.unwired(stack.translated, stack.wiring)
+        unwired = wiring.unwired(stack.translated, stack.wiring)
         ingest = next(s for s in stack.wiring.functions.values() if s.logical_id == "IngestFunction")
 
     assert set(names.STACK_OUTPUTS.values()) <= set(outputs)

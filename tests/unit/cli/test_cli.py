@@ -7,6 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 import retrain.cli
+import retrain.demo
 from controller import runs
 from retrain.deployment import connect
 from retrain.errors import RunFailedError
@@ -212,7 +213,7 @@ def test_demo_wait_counts_the_uploads_recorded_since_it_began(stack):
         item = {"dataset": "d", "key": key, "state": "pending", "recorded_at": at}
         dynamodb.put_item(TableName=stack.output("ledger_table"), Item=runs.serialize(item))
     console = retrain.cli.Console(record=True, width=200)
-    show = retrain.cli._ledger_progress(connect(stack.name), "d", "2026-11-22T05:00:00", 5, console)
+    show = retrain.demo.ledger_progress(connect(stack.name), "d", "2026-11-22T05:00:00", 5, console)
     # WHEN the wait reports progress twice with nothing new in between
     show()
     show()

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from retrain import managed_debugger
-from retrain.embedded import provision
+from retrain.embedded.provisioning.sam import load_template
 from retrain_contract import container
 
 REPO = Path(__file__).resolve().parents[3]
@@ -83,7 +83,7 @@ def test_the_command_prints_the_configs_as_json(capsys: pytest.CaptureFixture[st
 
 def test_the_templates_rule_image_mapping_covers_every_sagemaker_region_from_data() -> None:
     # GIVEN the template's DebuggerRuleImages mapping, the image string it builds, and its managed-mode rule
-    template = provision.load_template(REPO / "template.yaml")
+    template = load_template(REPO / "template.yaml")
     mapping = template["Mappings"]["DebuggerRuleImages"]
     substitution = template["Resources"]["TrainingStateMachine"]["Properties"]["DefinitionSubstitutions"]
     pattern = substitution["DebuggerRuleImage"]["Fn::Sub"][0]

@@ -9,7 +9,7 @@ import pytest
 
 from retrain.dev import iam_check
 from retrain.dev.template_model import REPO, load
-from retrain.embedded.iam.evaluator import PolicyEvaluator
+from retrain.embedded.gatekeeper.iam.evaluator import PolicyEvaluator
 
 TEMPLATE = REPO / "template.yaml"
 

@@ -6,7 +6,7 @@ import pytest
 
 from retrain import managed_debugger
 from retrain.dev.template_model import load, resolved_resources
-from retrain.embedded.provision import ProvisioningError
+from retrain.embedded.provisioning.sam import ProvisioningError
 
 SAGEMAKER_REGIONS = managed_debugger.sagemaker_regions()
 

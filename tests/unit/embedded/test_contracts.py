@@ -10,7 +10,7 @@ from typing import Any
 import botocore.session
 import pytest
 
-from retrain.embedded.contracts import (
+from retrain.embedded.gatekeeper.contracts import (
     UNCHECKED_PATTERNS,
     ContractError,
     Violation,

@@ -12,15 +12,14 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from retrain.embedded.event_sources import (
+from retrain.embedded.events.scheduler import (
     ScheduledRule,
     ScheduleError,
     Scheduler,
-    SqsMapping,
-    SqsPoller,
     cron_matches,
     schedule_period_seconds,
 )
+from retrain.embedded.events.sqs_poller import SqsMapping, SqsPoller
 
 
 @pytest.fixture

@@ -12,7 +12,8 @@ from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from retrain.embedded.faults import Faults
-from retrain.embedded.fsx import IMPORT_TASK, FsxEmulator, install_api
+from retrain.embedded.fsx.api import install_api
+from retrain.embedded.fsx.emulator import IMPORT_TASK, FsxEmulator
 
 BUCKET = "data-bucket"
 

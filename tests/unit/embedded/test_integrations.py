@@ -17,7 +17,7 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from retrain.embedded.integrations import (
+from retrain.embedded.stepfunctions.integrations import (
     SAGEMAKER_API_ERROR,
     TASK_FAILED,
     TaskFailed,

@@ -7,8 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from retrain.embedded.integrations import TaskFailed
-from retrain.embedded.lambda_runtime import TIMEOUT_ERROR, FunctionNotFoundError, FunctionSpec, LambdaRuntime
+from retrain.embedded.awslambda.runtime import (
+    TIMEOUT_ERROR,
+    FunctionNotFoundError,
+    FunctionSpec,
+    LambdaRuntime,
+)
+from retrain.embedded.stepfunctions.integrations import TaskFailed
 
 HANDLERS = """
 import os, time

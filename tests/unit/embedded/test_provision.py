@@ -7,15 +7,10 @@ from typing import Any
 
 import pytest
 
-from retrain.embedded.provision import (
-    Intrinsics,
-    ProvisioningError,
-    Wiring,
-    create_external,
-    definition_with_substitutions,
-    load_template,
-    unwired,
-)
+from retrain.embedded.provisioning.external import create_external
+from retrain.embedded.provisioning.intrinsics import Intrinsics
+from retrain.embedded.provisioning.sam import ProvisioningError, definition_with_substitutions, load_template
+from retrain.embedded.provisioning.wiring import Wiring, unwired
 
 
 def test_short_form_tags_load_as_long_forms(tmp_path: Path) -> None:
@@ -126,7 +121,9 @@ def test_an_external_resource_whose_condition_is_false_is_not_created() -> None:
 
 
 def test_a_type_nothing_can_create_names_itself_and_the_fix() -> None:
-    with pytest.raises(ProvisioningError, match=r"Thing has type AWS::Kendra::Index.*provision.py"):
+    with pytest.raises(
+        ProvisioningError, match=r"Thing has type AWS::Kendra::Index.*provisioning/external.py"
+    ):
         create_external(
             _template(Thing={"Type": "AWS::Kendra::Index"}),
             {},

@@ -10,7 +10,7 @@ import boto3
 from moto import mock_aws
 
 from controller.s3events import parse_body
-from retrain.embedded import s3_notices
+from retrain.embedded.events import s3_notices
 
 
 def _events(actions: Any) -> list[dict[str, Any]]:

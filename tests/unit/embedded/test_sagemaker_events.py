@@ -6,7 +6,7 @@ import datetime
 import json
 from typing import Any
 
-from retrain.embedded.sagemaker_events import JobEvents
+from retrain.embedded.events.sagemaker_jobs import JobEvents
 
 
 class _Jobs:

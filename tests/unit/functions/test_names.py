@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from controller import checkpoint_eval, datasets, names, prepare
-from retrain.embedded import contracts
+from retrain.embedded.gatekeeper import contracts
 from retrain.start import execution_name
 
 # The longest data set name ingest accepts, with every character it allows.

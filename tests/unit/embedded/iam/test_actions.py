@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 
-from retrain.embedded.iam.actions import Access, UnknownOperationError, accesses, sync_accesses
-from retrain.embedded.iam.evaluator import AuthzRequest, Policy, PolicyEvaluator
+from retrain.embedded.account import ACCOUNT_ID, REGION
+from retrain.embedded.gatekeeper.iam.actions import Access, UnknownOperationError, accesses, sync_accesses
+from retrain.embedded.gatekeeper.iam.evaluator import AuthzRequest, Policy, PolicyEvaluator
 
-REGION, ACCOUNT = "us-east-1", "123456789012"
+ACCOUNT = ACCOUNT_ID
 ROLE = f"arn:aws:iam::{ACCOUNT}:role/sm"
 ALLOW_ALL = Policy(
     "all", {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}

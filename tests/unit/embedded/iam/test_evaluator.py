@@ -9,9 +9,16 @@ from typing import Any
 
 import pytest
 
-from retrain.embedded.iam.evaluator import AuthzRequest, Decision, EvaluatorError, Policy, PolicyEvaluator
+from retrain.embedded.account import ACCOUNT_ID
+from retrain.embedded.gatekeeper.iam.evaluator import (
+    AuthzRequest,
+    Decision,
+    EvaluatorError,
+    Policy,
+    PolicyEvaluator,
+)
 
-ACCOUNT = "123456789012"
+ACCOUNT = ACCOUNT_ID
 ROLE = f"arn:aws:iam::{ACCOUNT}:role/IngestFunctionRole"
 TABLE = f"arn:aws:dynamodb:us-east-1:{ACCOUNT}:table/Datasets"
 OTHER_TABLE = f"arn:aws:dynamodb:us-east-1:{ACCOUNT}:table/Runs"

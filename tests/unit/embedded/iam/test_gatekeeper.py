@@ -11,12 +11,13 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from retrain.embedded.iam.evaluator import Policy, PolicyEvaluator
-from retrain.embedded.iam.gatekeeper import Gatekeeper, RequestRefusedError
-from retrain.embedded.iam.principals import Principals
+from retrain.embedded.account import ACCOUNT_ID, REGION
+from retrain.embedded.gatekeeper.gate import Gatekeeper, RequestRefusedError
+from retrain.embedded.gatekeeper.iam.evaluator import Policy, PolicyEvaluator
+from retrain.embedded.gatekeeper.iam.principals import Principals
 from retrain.embedded.server import gated_moto_server
 
-REGION, ACCOUNT = "us-east-1", "123456789012"
+ACCOUNT = ACCOUNT_ID
 ROLE = f"arn:aws:iam::{ACCOUNT}:role/reader"
 TABLE, OTHER = "runs", "datasets"
 BUCKET = "artifacts"

@@ -7,8 +7,8 @@ import json
 from moto.iam.aws_managed_policies import aws_managed_policies_data
 
 from retrain.dev.template_model import load
-from retrain.embedded.iam.evaluator import Policy
-from retrain.embedded.iam.principals import Principals, access_key_for, managed_policy_documents
+from retrain.embedded.gatekeeper.iam.evaluator import Policy
+from retrain.embedded.gatekeeper.iam.principals import Principals, access_key_for, managed_policy_documents
 
 
 def test_the_vendored_managed_policies_are_awss_documents() -> None:

@@ -10,6 +10,7 @@ import pytest
 from botocore.exceptions import ClientError
 from moto.sagemaker.responses import SageMakerResponse
 
+from retrain.embedded.account import ACCOUNT_ID, REGION
 from retrain.embedded.sagemaker import SageMakerEmulator, api_installed, install_api
 from retrain.embedded.sagemaker.api import ADDED, REPLACED
 
@@ -98,7 +99,7 @@ def test_model_registry_over_http_uses_moto_and_survives_a_restart(
     # WHEN moto's state is lost (a new process) and a new emulator starts on the same work dir
     from moto.sagemaker.models import sagemaker_backends
 
-    sagemaker_backends["123456789012"]["us-east-1"].reset()
+    sagemaker_backends[ACCOUNT_ID][REGION].reset()
     restarted = make_emulator(workdir=workdir)
 
     # THEN the registry is back with the version and its approval

@@ -1,6 +1,6 @@
 """One Lambda execution environment: a long-lived process that imports one handler and runs invocations.
 
-Started by :mod:`retrain.embedded.lambda_runtime` with the function's own environment (the template's
+Started by :mod:`retrain.embedded.awslambda.runtime` with the function's own environment (the template's
 variables plus AWS_ENDPOINT_URL), so module-level configuration is read per function as on Lambda.
 Requests and replies are JSON lines on a private pipe; the handler's prints and logs go to stderr.
 """
@@ -16,16 +16,18 @@ import traceback
 import uuid
 from typing import Any
 
+from retrain.embedded.account import ACCOUNT_ID, REGION
+
 
 class LambdaContext:
     """The attributes of Lambda's context object that handlers and Powertools read."""
 
     def __init__(self, request_id: str, deadline: float) -> None:
         name = os.environ.get("AWS_LAMBDA_FUNCTION_NAME", "function")
-        region = os.environ.get("AWS_REGION", "us-east-1")
+        region = os.environ.get("AWS_REGION", REGION)
         self.function_name = name
         self.function_version = "$LATEST"
-        self.invoked_function_arn = f"arn:aws:lambda:{region}:123456789012:function:{name}"
+        self.invoked_function_arn = f"arn:aws:lambda:{region}:{ACCOUNT_ID}:function:{name}"
         self.memory_limit_in_mb = int(os.environ.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128"))
         self.aws_request_id = request_id
         self.log_group_name = f"/aws/lambda/{name}"

@@ -2,7 +2,7 @@
 
 ``Gatekeeper.check(principal, service, operation, params)`` is what AWS does before serving a request:
 the parameters must fit botocore's model of the operation (lengths, patterns, enums included,
-:mod:`retrain.embedded.contracts`), and every action the request needs (:mod:`.actions`) must be
+:mod:`retrain.embedded.gatekeeper.contracts`), and every action the request needs (:mod:`.actions`) must be
 allowed by the principal's policies, evaluated by iam-simulate (:mod:`.evaluator`). A refusal raises
 :class:`RequestRefusedError` with the code and message AWS would answer with; the server turns it into an
 HTTP error of the service's protocol, the in-process integrations into a ClientError.
@@ -21,10 +21,10 @@ from typing import Any, Final
 
 from botocore.exceptions import ClientError
 
-from retrain.embedded import contracts
-from retrain.embedded.iam.actions import Access, UnknownOperationError, accesses, sync_accesses
-from retrain.embedded.iam.evaluator import AuthzRequest, Decision, EvaluatorError, PolicyEvaluator
-from retrain.embedded.iam.principals import Principal, Principals, UnknownRoleError
+from retrain.embedded.gatekeeper import contracts
+from retrain.embedded.gatekeeper.iam.actions import Access, UnknownOperationError, accesses, sync_accesses
+from retrain.embedded.gatekeeper.iam.evaluator import AuthzRequest, Decision, EvaluatorError, PolicyEvaluator
+from retrain.embedded.gatekeeper.iam.principals import Principal, Principals, UnknownRoleError
 
 LOG = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ class Gatekeeper:
             raise RequestRefusedError(
                 "AccessDeniedException",
                 f"the embedded stack cannot authorise {service}:{operation} for {principal.session_arn}: "
-                "add the operation to retrain/embedded/iam/actions.py",
+                "add the operation to retrain/embedded/gatekeeper/iam/actions.py",
             ) from None
         self.authorize(principal, [*needed, *extra], service=service)
 

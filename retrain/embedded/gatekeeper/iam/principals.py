@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from retrain.embedded.iam.evaluator import Policy
+from retrain.embedded.gatekeeper.iam.evaluator import Policy
 
 MANAGED_POLICIES_FILE: Final = Path(__file__).with_name("aws_managed_policies.json")
 SECRET: Final = "retrain-embedded-role-secret"

@@ -5,8 +5,8 @@ local directory (``<root>/<file system id>``); an IMPORT_METADATA_FROM_REPOSITOR
 S3 prefix (limited to the task's Paths) into it, moving PENDING -> EXECUTING -> SUCCEEDED/FAILED in the
 background, counting files, refusing a second task with ``DataRepositoryTaskExecuting`` while one runs,
 and writing a completion report to S3 when asked. Training jobs see the directory through
-``mount_path()`` (their FileSystemDataSource). ``install_api()`` makes the moto server's FSx HTTP API answer
-from this emulation too, so Lambdas and the CLI reach it with plain boto3.
+``mount_path()`` (their FileSystemDataSource). :mod:`retrain.embedded.fsx.api` makes the moto server's FSx
+HTTP API answer from this emulation too, so Lambdas and the CLI reach it with plain boto3.
 """
 
 from __future__ import annotations
@@ -19,11 +19,12 @@ import secrets
 import shutil
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from botocore.exceptions import ClientError
+
+from retrain.embedded.account import ACCOUNT_ID, REGION
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -67,8 +68,8 @@ class FsxEmulator:
         *,
         s3_client: S3Client,
         faults: ImportFaults | None = None,
-        region: str = "us-east-1",
-        account: str = "123456789012",
+        region: str = REGION,
+        account: str = ACCOUNT_ID,
     ) -> None:
         self.root = root
         self.root.mkdir(parents=True, exist_ok=True)
@@ -440,44 +441,3 @@ def _as_response(record: dict[str, Any]) -> dict[str, Any]:
     if "Status" in out and "LastUpdatedTime" in out["Status"]:
         out["Status"]["LastUpdatedTime"] = datetime.datetime.fromisoformat(out["Status"]["LastUpdatedTime"])
     return dict(out)
-
-
-@contextmanager
-def install_api(service: FsxEmulator) -> Iterator[None]:
-    """Make moto's FSx HTTP API (what boto3 with AWS_ENDPOINT_URL reaches) answer from ``service``."""
-    from moto.core.exceptions import JsonRESTError
-    from moto.fsx import responses
-
-    response_class: Any = responses.FSxResponse
-    actions = (
-        "create_data_repository_association",
-        "create_file_system",
-        "describe_file_systems",
-        "create_data_repository_task",
-        "describe_data_repository_tasks",
-    )
-    originals = {name: response_class.__dict__.get(name) for name in actions}
-
-    def route(action: str) -> Any:
-        def handler(self: Any) -> str:
-            request = json.loads(self.body or "{}")
-            try:
-                result = getattr(service, action)(**request)
-            except ClientError as exc:
-                raise JsonRESTError(exc.response["Error"]["Code"], exc.response["Error"]["Message"]) from exc
-            return json.dumps(
-                result, default=lambda v: v.timestamp() if isinstance(v, datetime.datetime) else str(v)
-            )
-
-        return handler
-
-    for name in actions:
-        setattr(response_class, name, route(name))
-    try:
-        yield
-    finally:
-        for name, original in originals.items():
-            if original is None:
-                delattr(response_class, name)
-            else:
-                setattr(response_class, name, original)

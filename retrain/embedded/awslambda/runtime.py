@@ -1,6 +1,6 @@
 """The embedded Lambda runtime: the template's handlers run as real Python processes, one environment each.
 
-Each function gets a small pool of long-lived worker processes (:mod:`retrain.embedded.lambda_worker`),
+Each function gets a small pool of long-lived worker processes (:mod:`retrain.embedded.awslambda.worker`),
 started on first use with exactly the environment the template gives that function, plus the variables
 Lambda itself sets and ``AWS_ENDPOINT_URL`` so the handler's boto3 clients reach the emulation with no
 local-only code path. A worker serves one invocation at a time, like a Lambda execution environment; an
@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Final
 
-from retrain.embedded.integrations import TaskFailed
+from retrain.embedded.account import REGION
+from retrain.embedded.stepfunctions.integrations import TaskFailed
 
 LOG = logging.getLogger(__name__)
-REPO_ROOT: Final = Path(__file__).resolve().parents[2]
+REPO_ROOT: Final = Path(__file__).resolve().parents[3]
 TIMEOUT_ERROR: Final = "Sandbox.Timedout"
 INIT_SECONDS: Final = 10.0
 
@@ -51,7 +52,7 @@ class FunctionSpec:
 class _Worker:
     def __init__(self, spec: FunctionSpec, env: dict[str, str], log: IO[str]) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "retrain.embedded.lambda_worker", str(spec.code_dir), spec.handler],
+            [sys.executable, "-m", "retrain.embedded.awslambda.worker", str(spec.code_dir), spec.handler],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=log,
@@ -106,7 +107,7 @@ class LambdaRuntime:
         *,
         endpoint_url: str,
         log_dir: Path,
-        region: str = "us-east-1",
+        region: str = REGION,
         max_concurrency: int = 2,
         base_environment: dict[str, str] | None = None,
         credentials: Callable[[str], tuple[str, str]] | None = None,

@@ -25,6 +25,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
+from retrain.embedded.account import ACCOUNT_ID
+
 SCRIPT: Final = Path(__file__).with_name("simulate.mjs")
 SETUP_HINT: Final = "the embedded stack's IAM check needs Node.js and `npm ci` (make setup does both)"
 
@@ -78,7 +80,7 @@ class EvaluatorError(RuntimeError):
 class PolicyEvaluator:
     """One Node sidecar, started on first use; thread-safe (calls are serialised)."""
 
-    def __init__(self, *, node: str = "node", script: Path = SCRIPT, account: str = "123456789012") -> None:
+    def __init__(self, *, node: str = "node", script: Path = SCRIPT, account: str = ACCOUNT_ID) -> None:
         self.node = node
         self.script = script
         self.account = account

@@ -212,19 +212,26 @@ def _sagemaker(operation: str, params: Mapping[str, Any], scope: Scope) -> list[
     if operation == "ListTrainingJobsForHyperParameterTuningJob":
         return [Access(action, arn("hyper-parameter-tuning-job", str(params["HyperParameterTuningJobName"])))]
     if operation in ("CreateModelPackageGroup", "DescribeModelPackageGroup", "DeleteModelPackageGroup"):
-        resource = arn("model-package-group", str(params["ModelPackageGroupName"]))
-        found = [Access(action, resource)]
-        if params.get("Tags"):
-            found.append(Access("sagemaker:AddTags", resource))
-        return found
+        return _tagged(action, arn("model-package-group", str(params["ModelPackageGroupName"])), params)
     if operation == "CreateModelPackage":
         # A versioned package is model-package/<group>/<version>; its version is not known before creation.
         group = str(params.get("ModelPackageGroupName") or params.get("ModelPackageName") or "")
-        resource = arn("model-package", group.rsplit("/", 1)[-1])
-        found = [Access(action, resource)]
-        if params.get("Tags"):
-            found.append(Access("sagemaker:AddTags", resource))
-        return found
+        return _tagged(action, arn("model-package", group.rsplit("/", 1)[-1]), params)
+    return _sagemaker_named(operation, params, action, arn)
+
+
+def _tagged(action: str, resource: str, params: Mapping[str, Any]) -> list[Access]:
+    """The action on the resource, and sagemaker:AddTags on it when the request carries Tags."""
+    found = [Access(action, resource)]
+    if params.get("Tags"):
+        found.append(Access("sagemaker:AddTags", resource))
+    return found
+
+
+def _sagemaker_named(
+    operation: str, params: Mapping[str, Any], action: str, arn: Callable[[str, str], str]
+) -> list[Access]:
+    """SageMaker operations on a resource their parameters name by ARN (or a package's name), or on all."""
     if operation in ("DescribeModelPackage", "UpdateModelPackage"):
         name = str(params["ModelPackageName"])
         return [Access(action, name if name.startswith("arn:") else arn("model-package", name))]

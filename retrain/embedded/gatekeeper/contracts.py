@@ -199,19 +199,21 @@ def _display(value: Any) -> str:
 
 
 def _text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, bytes | bytearray):
-        return bytes(value).decode("utf-8", errors="replace")
-    if isinstance(value, Mapping):
-        return "{" + ", ".join(f"{key}={_text(item)}" for key, item in value.items()) + "}"
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_text(item) for item in value) + "]"
-    if isinstance(value, datetime.datetime | datetime.date):
-        return value.isoformat()
+    for kinds, form in _TEXT_FORMS:
+        if isinstance(value, kinds):
+            return form(value)
     return str(value)
+
+
+# How a value is written in a refusal, by its type (the first that fits; anything else as str()).
+_TEXT_FORMS: Final[tuple[tuple[type | tuple[type, ...], Callable[[Any], str]], ...]] = (
+    (str, lambda value: value),
+    (bool, lambda value: "true" if value else "false"),
+    ((bytes, bytearray), lambda value: bytes(value).decode("utf-8", errors="replace")),
+    (Mapping, lambda value: "{" + ", ".join(f"{key}={_text(item)}" for key, item in value.items()) + "}"),
+    ((list, tuple), lambda value: "[" + ", ".join(_text(item) for item in value) + "]"),
+    ((datetime.datetime, datetime.date), lambda value: value.isoformat()),
+)
 
 
 def _byte_limit_message(limit: int) -> str:

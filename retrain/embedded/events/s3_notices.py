@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Final
 
+from retrain.embedded.account import ACCOUNT_ID
+
 _DELETED: Final = "Object Deleted"
 
 
@@ -53,7 +55,7 @@ def event_detail(event_name: str, bucket: Any, key: Any, detail_type: str) -> di
         "bucket": {"name": bucket.name},
         "object": obj,
         "request-id": "EMBEDDED00000000",
-        "requester": getattr(bucket, "account_id", "123456789012"),
+        "requester": getattr(bucket, "account_id", ACCOUNT_ID),
         "source-ip-address": "127.0.0.1",
         "reason": event_name.split(":")[1] if ":" in event_name else event_name,
     }
