@@ -82,7 +82,7 @@ bench: setup
 	$(BIN)/python bench/ingest.py --append BENCHMARKS.md
 
 image:
-	docker build -t retrain-training:latest training_image
+	docker build -f training_image/Dockerfile -t retrain-training:latest .
 
 # Regenerate constraints.txt from what is installed (after changing a requirement file).
 lock:

@@ -175,8 +175,8 @@ def _finish(
 
 
 @app.command()
-# Typer reads the parameters as the command's options, one each (RUF100 while PLR0913 is not enabled).
-def demo(  # noqa: PLR0913, RUF100
+# Typer reads the parameters as the command's options, one each.
+def demo(  # noqa: PLR0913
     *,
     images: Annotated[
         Path | None, typer.Option("--images", help="Upload DIR/<label>/<image> instead of the digits.")
@@ -235,8 +235,8 @@ def upload(
 
 
 @app.command()
-# Typer reads the parameters as the command's options, one each (RUF100 while PLR0913 is not enabled).
-def start(  # noqa: PLR0913, RUF100
+# Typer reads the parameters as the command's options, one each.
+def start(  # noqa: PLR0913
     *,
     dataset: Annotated[str, typer.Option("--dataset", help="Data set name.")],
     max_jobs: Annotated[int | None, typer.Option("--max-jobs", min=1, help="Tuning trials.")] = None,

@@ -81,12 +81,12 @@ def load_template(path: Path) -> dict[str, Any]:
     return loaded
 
 
-def _zip_dir(directory: Path) -> bytes:
+def _zip_dir(directory: Path, *, prefix: str = "") -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
         for path in sorted(directory.rglob("*.py")):
             if "__pycache__" not in path.parts:
-                archive.write(path, path.relative_to(directory).as_posix())
+                archive.write(path, prefix + path.relative_to(directory).as_posix())
     return buffer.getvalue()
 
 
@@ -117,6 +117,16 @@ def package(
                 uploaded[directory] = key
             props["CodeUri"] = f"s3://{DEPLOY_BUCKET}/{uploaded[directory]}"
             code_dirs[logical_id] = directory
+        elif resource.get("Type") == "AWS::Serverless::LayerVersion":
+            content = (base_dir / str(props.get("ContentUri", ""))).resolve()
+            if not content.is_dir():
+                raise ProvisioningError(
+                    f"{logical_id}: ContentUri {content} is not a folder next to the template"
+                )
+            key = f"layers/{logical_id}.zip"
+            # a Python layer's code sits under python/ in the archive, as `sam build` lays it out
+            s3_client.put_object(Bucket=DEPLOY_BUCKET, Key=key, Body=_zip_dir(content, prefix="python/"))
+            props["ContentUri"] = f"s3://{DEPLOY_BUCKET}/{key}"
         elif resource.get("Type") == "AWS::Serverless::StateMachine" and isinstance(
             props.get("DefinitionUri"), str
         ):

@@ -25,7 +25,8 @@ def _copy(tmp_path: Path, old: str, new: str, *, asl: tuple[str, str] | None = N
     text = TEMPLATE.read_text()
     assert old in text, old
     (tmp_path / "template.yaml").write_text(text.replace(old, new))
-    (tmp_path / "functions").symlink_to(REPO / "functions")
+    for name in ("functions", "contract"):
+        (tmp_path / name).symlink_to(REPO / name)
     machine = (REPO / "statemachine" / "training.asl.json").read_text()
     if asl is not None:
         assert asl[0] in machine, asl[0]
