@@ -61,6 +61,24 @@ def moto_aws(config: dict[str, Any] | None = None) -> Iterator[Aws]:
         yield aws
 
 
+def function_environment(aws: Aws, function: str) -> dict[str, str]:
+    """`function`'s environment as template.yaml sets it (parameters at their defaults), naming this moto
+    account's buckets, tables, topic and state machine."""
+    from controller import names
+    from retrain.dev.template_model import default_environment
+
+    return {
+        **default_environment(function),
+        names.ENV_DATA_BUCKET: aws.data_bucket,
+        names.ENV_ARTIFACT_BUCKET: aws.artifact_bucket,
+        names.ENV_LEDGER_TABLE: aws.ledger_table,
+        names.ENV_RUNS_TABLE: aws.runs_table,
+        names.ENV_DATASETS_TABLE: aws.datasets_table,
+        names.ENV_STATE_MACHINE_ARN: aws.state_machine_arn,
+        names.ENV_TOPIC_ARN: aws.topic_arn,
+    }
+
+
 def make_config(aws: Aws, **policy: int) -> Any:
     """The Lambdas' Config as template.yaml sets it with its defaults, on this moto account's resources,
     with a VPC (the template leaves it to the deployer) and MinImagesPerLabel 1 (the tests freeze a
@@ -69,9 +87,8 @@ def make_config(aws: Aws, **policy: int) -> Any:
 
     from controller import names
     from controller.config import DispatchPolicy, from_environ
-    from retrain.dev.template_model import default_environment
 
-    environment = dict(default_environment())
+    environment = function_environment(aws, "PrepareRunFunction")
     settings = {
         **json.loads(environment[names.ENV_SETTINGS]),
         "subnets": "subnet-1",
@@ -81,13 +98,6 @@ def make_config(aws: Aws, **policy: int) -> Any:
     config = from_environ(
         {
             **environment,
-            names.ENV_DATA_BUCKET: aws.data_bucket,
-            names.ENV_ARTIFACT_BUCKET: aws.artifact_bucket,
-            names.ENV_LEDGER_TABLE: aws.ledger_table,
-            names.ENV_RUNS_TABLE: aws.runs_table,
-            names.ENV_DATASETS_TABLE: aws.datasets_table,
-            names.ENV_STATE_MACHINE_ARN: aws.state_machine_arn,
-            names.ENV_TOPIC_ARN: aws.topic_arn,
             names.ENV_SAGEMAKER_ROLE_ARN: "arn:aws:iam::123456789012:role/retrain-sagemaker",
             names.ENV_SETTINGS: json.dumps(settings),
         }

@@ -7,7 +7,7 @@ import pytest
 
 from controller import datasets, dispatch, ledger, runs
 from controller.config import DispatchPolicy
-from tests.unit.functions.support import object_created, sqs_event
+from tests.unit.functions.support import function_environment, object_created, sqs_event
 
 T0 = datetime(2026, 1, 1, 10, 0, tzinfo=UTC)
 POLICY = DispatchPolicy(min_new_images=3, quiet_period_seconds=60, max_wait_seconds=600)
@@ -104,17 +104,9 @@ def test_the_scheduled_handler_reads_its_configuration_from_the_environment(aws,
     # GIVEN the environment the template gives the dispatch function, and due uploads
     from controller import config as config_module
     from controller import names
-    from retrain.dev.template_model import default_environment
 
     env = {
-        **default_environment("DispatchFunction"),
-        names.ENV_TOPIC_ARN: aws.topic_arn,
-        names.ENV_DATA_BUCKET: aws.data_bucket,
-        names.ENV_ARTIFACT_BUCKET: aws.artifact_bucket,
-        names.ENV_LEDGER_TABLE: aws.ledger_table,
-        names.ENV_RUNS_TABLE: aws.runs_table,
-        names.ENV_DATASETS_TABLE: aws.datasets_table,
-        names.ENV_STATE_MACHINE_ARN: aws.state_machine_arn,
+        **function_environment(aws, "DispatchFunction"),
         names.ENV_MIN_NEW_IMAGES: "1",
         names.ENV_QUIET_PERIOD_SECONDS: "0",
         names.ENV_MAX_WAIT_SECONDS: "3600",

@@ -7,7 +7,7 @@ import pytest
 
 from controller import ingest, ledger, names
 from controller.runs import deserialize
-from tests.unit.functions.support import object_created, sqs_event
+from tests.unit.functions.support import function_environment, object_created, sqs_event
 
 
 def _rows(aws, dataset):
@@ -206,17 +206,9 @@ def test_the_lambda_handler_reads_its_environment_and_reports_partial_failures(
 ):
     # GIVEN the environment the template gives the ingest function
     from controller import config as config_module
-    from retrain.dev.template_model import default_environment
 
     env = {
-        **default_environment("IngestFunction"),
-        names.ENV_TOPIC_ARN: aws.topic_arn,
-        names.ENV_DATA_BUCKET: aws.data_bucket,
-        names.ENV_ARTIFACT_BUCKET: aws.artifact_bucket,
-        names.ENV_LEDGER_TABLE: aws.ledger_table,
-        names.ENV_RUNS_TABLE: aws.runs_table,
-        names.ENV_DATASETS_TABLE: aws.datasets_table,
-        names.ENV_STATE_MACHINE_ARN: aws.state_machine_arn,
+        **function_environment(aws, "IngestFunction"),
     }
     for key, value in env.items():
         monkeypatch.setenv(key, value)

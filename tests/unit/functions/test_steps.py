@@ -22,7 +22,7 @@ from controller import (
 )
 from controller.errors import DatasetBusyError, ImportFailedError, InvalidRunInputError, NotEnoughDataError
 from retrain_contract import container
-from tests.unit.functions.support import object_created, sqs_event
+from tests.unit.functions.support import function_environment, object_created, sqs_event
 
 
 def _upload(aws, config, events_dir, *keys):
@@ -704,16 +704,9 @@ def test_the_execution_ended_handler_takes_the_rules_event_as_lambda_delivers_it
     # GIVEN the environment the template gives the function, and a running run holding its lock
     from controller import config as config_module
     from controller import execution_events
-    from retrain.dev.template_model import default_environment
 
     env = {
-        **default_environment("ExecutionEndedFunction"),
-        names.ENV_DATA_BUCKET: aws.data_bucket,
-        names.ENV_ARTIFACT_BUCKET: aws.artifact_bucket,
-        names.ENV_LEDGER_TABLE: aws.ledger_table,
-        names.ENV_RUNS_TABLE: aws.runs_table,
-        names.ENV_DATASETS_TABLE: aws.datasets_table,
-        names.ENV_TOPIC_ARN: aws.topic_arn,
+        **function_environment(aws, "ExecutionEndedFunction"),
     }
     for key, value in env.items():
         monkeypatch.setenv(key, value)
