@@ -45,9 +45,10 @@ os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "1")
 os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")
 
 from controller import ingest, names  # noqa: E402
-from controller.config import Config  # noqa: E402
+from controller.config import from_environ  # noqa: E402
 from controller.observability import metrics  # noqa: E402
 from retrain.dev import tables  # noqa: E402
+from retrain.dev.template_model import default_environment  # noqa: E402
 
 REGION, BUCKET, TABLE, DATASETS = "us-east-1", "bench-data", "bench-ledger", "bench-datasets"
 BATCH = 10
@@ -108,8 +109,15 @@ def main() -> int:
     server.start()
     try:
         s3, ddb = create(f"http://127.0.0.1:{port}")
-        config = Config(data_bucket=BUCKET, artifact_bucket="-", ledger_table=TABLE, runs_table="-",
-                        datasets_table=DATASETS)  # fmt: skip
+        # the ingest function's environment as the template sets it, on the bench's bucket and tables
+        config = from_environ(
+            {
+                **default_environment("IngestFunction"),
+                names.ENV_DATA_BUCKET: BUCKET,
+                names.ENV_LEDGER_TABLE: TABLE,
+                names.ENV_DATASETS_TABLE: DATASETS,
+            }
+        )
         objects = []
         sizes = []
         for i in range(args.uploads):

@@ -50,7 +50,7 @@ class ProvisioningError(RuntimeError):
     """The template declares something the embedded runtime cannot create; the message says what."""
 
 
-class _CfnLoader(yaml.SafeLoader):  # type: ignore[misc]
+class _CfnLoader(yaml.SafeLoader):  # type: ignore[misc,unused-ignore]
     """YAML with CloudFormation's short-form tags (``!Ref``, ``!GetAtt``, ``!Sub`` ...) as long forms."""
 
 
