@@ -22,7 +22,7 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from controller import names, runs
-from retrain import local
+from retrain import local, pretrained
 from retrain.collect import collect, find_run, runs_table
 from retrain.demo import (
     DEMO_BATCHES,
@@ -39,6 +39,7 @@ from retrain.report.build import write_report
 from retrain.start import Overrides, parse_assignments, start_run
 from retrain.summary import summary
 from retrain.upload import check_dataset_name, find_files, upload_files
+from retrain_contract import container
 
 RUNS_DIR = Path("runs")
 
@@ -79,6 +80,8 @@ app = typer.Typer(
 )
 local_app = typer.Typer(cls=_Group, no_args_is_help=True, help="The embedded stack in the background.")
 app.add_typer(local_app, name="local")
+pretrained_app = typer.Typer(cls=_Group, no_args_is_help=True, help="Weights runs start from.")
+app.add_typer(pretrained_app, name="pretrained")
 # The emulated Step Functions interpreter logs every failed state; the CLI shows a run's failure itself.
 QUIET_LOGGERS = ("moto.stepfunctions.parser", "werkzeug")
 
@@ -234,6 +237,28 @@ def upload(
     )
 
 
+@pretrained_app.command("upload")
+def pretrained_upload(
+    weights: Annotated[
+        Path | None,
+        typer.Argument(
+            help="A weights file (.pth/.pt state_dict or model.tar.gz); default: ImageNet EfficientNet-Lite0."
+        ),
+    ] = None,
+    stack: StackOption = None,
+    state_dir: StateDirOption = local.DEFAULT_STATE_DIR,
+) -> None:
+    """Put weights in the stack's artifact bucket, where its training jobs can read them."""
+    path = weights or pretrained.imagenet_efficientnet_lite0()
+    with _deployment(stack, state_dir, read_only=False) as deployment:
+        uri = pretrained.upload(deployment, path)
+    typer.echo(
+        f"uploaded {path.name} to {uri}. Start a run from it: retrain start --dataset NAME --pretrained {uri}"
+        f" (model {pretrained.architecture_of(path)}); or make it every new data set's start: deploy with "
+        f"PretrainedModelUri={uri}"
+    )
+
+
 @app.command()
 # Typer reads the parameters as the command's options, one each.
 def start(  # noqa: PLR0913
@@ -245,8 +270,18 @@ def start(  # noqa: PLR0913
     epochs: Annotated[int | None, typer.Option("--epochs", min=1)] = None,
     image_size: Annotated[int | None, typer.Option("--image-size", min=16)] = None,
     batch_size: Annotated[int | None, typer.Option("--batch-size", min=1)] = None,
-    model: Annotated[str | None, typer.Option("--model", help="resnet18 | resnet34 | resnet50")] = None,
+    model: Annotated[str | None, typer.Option("--model", help=" | ".join(container.MODELS))] = None,
     spot: Annotated[bool | None, typer.Option("--spot/--no-spot", help="Managed spot training.")] = None,
+    pretrained: Annotated[
+        str | None,
+        typer.Option(
+            "--pretrained", help="Start from these weights: s3://bucket/key (.pth, .pt, model.tar.gz)."
+        ),
+    ] = None,
+    start_from: Annotated[
+        str | None,
+        typer.Option("--start-from", help="champion | pretrained | scratch (default: the champion, if any)."),
+    ] = None,
     hyperparameter: Annotated[
         list[str] | None,
         typer.Option("--hyperparameter", "-H", help="Fixed NAME=VALUE (repeatable); skips tuning of it."),
@@ -267,6 +302,8 @@ def start(  # noqa: PLR0913
         batch_size=batch_size,
         model=model,
         spot=spot,
+        pretrained_model_uri=pretrained,
+        start_from=start_from,
         hyperparameters=parse_assignments(hyperparameter or [], "--hyperparameter"),
     )
     check_dataset_name(dataset)

@@ -271,6 +271,7 @@ def collect(
         class_balance=dict(record.get("class_balance", {})),
         class_counts={label: dict(c) for label, c in record.get("class_counts", {}).items()},
         excluded_labels=dict(record.get("excluded_labels", {})),
+        started_from={k: str(v) for k, v in record.get("started_from", {}).items()},
         unreadable=[
             Rejected(str(item["key"]), str(item["reason"]), "unreadable")
             for item in record.get("unreadable_images", [])

@@ -19,7 +19,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from controller import names, runs
+from controller import names, notes, runs
 from retrain.collect import INTERRUPTED_STATUS, ledger_rows, uploads
 from retrain.deployment import Deployment
 from retrain.errors import RetrainError, RunFailedError
@@ -60,6 +60,7 @@ class Snapshot:
     rejected: list[dict[str, str]] = field(default_factory=list)
     excluded_labels: dict[str, str] = field(default_factory=dict)
     unreadable: list[dict[str, str]] = field(default_factory=list)
+    started_from: dict[str, str] = field(default_factory=dict)  # the run's lineage (Prepare records it)
 
     @property
     def finished(self) -> bool:
@@ -170,6 +171,7 @@ def snapshot(deployment: Deployment, record: runs.RunRecord, *, now: datetime | 
     shot.rejected = [{"key": r.key, "problem": r.problem, "reason": r.reason} for r in refused]
     shot.excluded_labels = dict(record.get("excluded_labels", {}))
     shot.unreadable = [dict(item) for item in record.get("unreadable_images", [])]
+    shot.started_from = {k: str(v) for k, v in record.get("started_from", {}).items()}
     sagemaker = deployment.client("sagemaker")
     jobs: dict[str, str] = {}
     arn = record.get("execution_arn")
@@ -225,6 +227,8 @@ SHOWN_PROBLEMS = 20
 def _data_parts(shot: Snapshot) -> list[Any]:
     """Refused uploads (the first SHOWN_PROBLEMS, with reasons), labels set aside, unreadable files."""
     parts: list[Any] = []
+    if shot.started_from:
+        parts.append(Text.assemble(("started from: ", "bold"), notes.lineage(shot.started_from)))
     files = [(r["key"], r["problem"], r["reason"]) for r in shot.rejected]
     files += [(u["key"], "unreadable", u["reason"]) for u in shot.unreadable]
     if files:
@@ -249,6 +253,7 @@ def plain_line(shot: Snapshot) -> str:
     return (
         f"run {shot.run_id} {shot.status} state={shot.current_state or '-'} "
         f"trials={done}/{len(trials)} interruptions={interruptions} elapsed={_elapsed(shot.elapsed_seconds)}"
+        + (f" start={shot.started_from.get('kind', '')}" if shot.started_from else "")
         + (f" rejected={len(shot.rejected)}" if shot.rejected else "")
         + (f" unreadable={len(shot.unreadable)}" if shot.unreadable else "")
         + (f" labels_set_aside={','.join(sorted(shot.excluded_labels))}" if shot.excluded_labels else "")

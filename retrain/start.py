@@ -25,6 +25,8 @@ class Overrides:
     batch_size: int | None = None
     model: str | None = None
     spot: bool | None = None
+    pretrained_model_uri: str | None = None  # start from these weights (s3://bucket/key)
+    start_from: str | None = None  # champion | pretrained | scratch
     hyperparameters: dict[str, str] = field(default_factory=dict)
 
 
@@ -50,6 +52,8 @@ def start_input(dataset: str, overrides: Overrides) -> dict[str, Any]:
         "batch_size": overrides.batch_size,
         "model": overrides.model,
         "spot": overrides.spot,
+        "pretrained_model_uri": overrides.pretrained_model_uri,
+        "start_from": overrides.start_from,
     }
     settings: dict[str, Any] = {k: v for k, v in chosen.items() if v is not None}
     if overrides.hyperparameters:

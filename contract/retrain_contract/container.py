@@ -130,7 +130,8 @@ class Hyperparameter:
     minimum: int | None = None  # the smallest value the container accepts (numbers only)
 
 
-MODELS = ("resnet18", "resnet34", "resnet50")
+MODEL_EFFICIENTNET_LITE0 = "efficientnet-lite0"
+MODELS = ("resnet18", "resnet34", "resnet50", MODEL_EFFICIENTNET_LITE0)
 OPTIMIZERS = ("sgd", "adamw")
 LOADERS = ("torch", "dali", "auto")
 

@@ -56,6 +56,7 @@ class RunSettings(TypedDict):
     min_images_per_label: int
     small_labels: str
     system_rule_patience: int
+    pretrained_model_uri: str  # weights a data set's first run starts from; empty: none
 
 
 class SettingsError(ValueError):
@@ -105,6 +106,21 @@ class Tag(TypedDict):
     Value: str
 
 
+START_SCRATCH = "scratch"
+START_PRETRAINED = "pretrained"
+START_CHAMPION = "champion"
+STARTS = (START_CHAMPION, START_PRETRAINED, START_SCRATCH)
+
+
+class Start(TypedDict):
+    """What a run's training starts from (its lineage): the weights, and why those."""
+
+    kind: str  # one of STARTS
+    uri: str  # the weights file the pretrained channel holds; empty from scratch
+    model_package_arn: str  # the champion's, when kind is champion
+    reason: str  # why this start, in words
+
+
 class Run(TypedDict):
     """`$.run`: built once by Prepare, read by every later state."""
 
@@ -127,6 +143,8 @@ class Run(TypedDict):
     # where the jobs read and write
     train_data_source: dict[str, Any]  # the train channel's DataSource (S3DataSource | FileSystemDataSource)
     train_input_mode: str
+    input_data_config: list[dict[str, Any]]  # the training jobs' channels: train, manifest[, pretrained]
+    start: Start
     data_s3_uri: str
     manifest_s3_uri: str
     output_s3_uri: str

@@ -11,6 +11,7 @@ from controller import clients, datasets, dispatch, ledger, names, notes, runs
 from controller.best_candidate import seconds
 from controller.config import Config, get_config
 from controller.observability import logger, metrics, tracer
+from retrain_contract import container
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -98,6 +99,8 @@ def finalize(
             "model_package_arn": str(registered.get("model_package_arn", "")),
             "run_id": run_id,
             "top1": float(decision.get("top1", 0.0)),
+            # the architecture, so that the next run starts from this model only when it trains the same
+            "model": str(run.get("hyperparameters", {}).get(container.HP_MODEL, "")),
         }
     datasets.release(dataset, run_id, table_name=config.datasets_table, client=dynamodb, updates=updates)
     metrics.add_metric(
@@ -116,6 +119,7 @@ def finalize(
     ]
     if registered.get("model_package_arn"):
         lines.append(f"Model package: {registered['model_package_arn']}")
+    lines += notes.start_line(record)
     lines += notes.data_lines(record, bucket=config.artifact_bucket)
     if next_run:
         lines.append(f"Uploads that arrived during the run started run {next_run}.")

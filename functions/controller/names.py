@@ -23,6 +23,8 @@ MAX_DATASET_LENGTH: Final = 40
 MAX_LABEL_LENGTH: Final = 64
 MAX_FILENAME_LENGTH: Final = 255
 MAX_IMAGE_BYTES: Final = 50 * 1024 * 1024
+# One weights file in S3 (template.yaml's PretrainedModelUri has the same AllowedPattern, tested).
+PRETRAINED_URI_PATTERN: Final = r"^$|^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/.*[^/]$"
 
 
 def upload_key(dataset: str, label: str, filename: str) -> str:
@@ -36,6 +38,7 @@ def dataset_prefix(dataset: str) -> str:
 
 # --- Artifacts: s3://<ArtifactBucket>/runs/<dataset>/<run_id>/... -------------------------------------
 RUNS_PREFIX: Final = "runs/"
+PRETRAINED_PREFIX: Final = "pretrained/"  # weights `retrain pretrained upload` puts in the artifact bucket
 CHECKPOINTS_PREFIX: Final = "checkpoints/"
 MANIFEST_DIR: Final = "manifest"
 OBJECTS_FILE: Final = "objects.jsonl"  # the frozen ledger rows of a run (key, version, sequencer, ...)

@@ -11,6 +11,26 @@ from typing import Any
 from controller import names
 
 
+def lineage(started_from: Mapping[str, Any] | None) -> str:
+    """What a run started from, in one phrase: scratch, pretrained weights, or the champion's package."""
+    if not started_from:
+        return "unknown (a run from before lineage was recorded)"
+    kind = str(started_from.get("kind", ""))
+    if kind == "champion":
+        where = started_from.get("model_package_arn") or started_from.get("uri")
+        return f"the champion {where}"
+    if kind == "pretrained":
+        return f"pretrained weights {started_from.get('uri')}"
+    return f"random weights ({started_from.get('reason', 'scratch')})"
+
+
+def start_line(record: Mapping[str, Any] | None) -> list[str]:
+    """The notification's line on what the run started from."""
+    if not record or not record.get("started_from"):
+        return []
+    return [f"Started from: {lineage(record['started_from'])}."]
+
+
 def data_lines(record: Mapping[str, Any] | None, *, bucket: str) -> list[str]:
     """The notification's lines on the data of the run `record` (none when all was well)."""
     if not record:

@@ -18,7 +18,18 @@ from controller.errors import ConfigurationError, DatasetBusyError, InvalidRunIn
 from controller.observability import logger, tracer
 from controller.run_request import parse_request
 from retrain_contract import container
-from retrain_contract.run import Jobs, PrepareResult, Run, RunSettings, Vpc, parse_settings
+from retrain_contract.run import (
+    START_CHAMPION,
+    START_PRETRAINED,
+    START_SCRATCH,
+    Jobs,
+    PrepareResult,
+    Run,
+    RunSettings,
+    Start,
+    Vpc,
+    parse_settings,
+)
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -252,6 +263,61 @@ def train_channel(settings: RunSettings, data_prefix: str, dataset: str) -> tupl
     return source, "FastFile"
 
 
+def start_of(settings: RunSettings, requested: str | None, state: dict[str, Any], model: str) -> Start:
+    """What the run starts from: by default the data set's champion (of this architecture), else the
+    stack's PretrainedModelUri, else random weights; the request may ask for one of them."""
+    champion = state.get("champion") or {}
+    champion_uri = str(champion.get("model_data", ""))
+    champion_model = str(champion.get("model", "") or model)  # records before lineage kept no model
+    pretrained = settings["pretrained_model_uri"]
+
+    def start(kind: str, uri: str, reason: str) -> Start:
+        arn = str(champion.get("model_package_arn", "")) if kind == START_CHAMPION else ""
+        return {"kind": kind, "uri": uri, "model_package_arn": arn, "reason": reason}
+
+    if requested == START_SCRATCH:
+        return start(START_SCRATCH, "", "the request asked for random weights")
+    if requested == START_PRETRAINED:
+        if not pretrained:
+            raise InvalidRunInputError(
+                'start_from "pretrained" needs weights: give overrides.pretrained_model_uri '
+                "(s3://bucket/key of a .pth/.pt state_dict or a model.tar.gz) "
+                "or set the stack's PretrainedModelUri"
+            )
+        return start(START_PRETRAINED, pretrained, "the request named pretrained weights")
+    if champion_uri and champion_model == model:
+        return start(
+            START_CHAMPION, champion_uri, f"the data set's champion (run {champion.get('run_id', '?')})"
+        )
+    if requested == START_CHAMPION:
+        why = "has no champion yet" if not champion_uri else f"has a {champion_model} champion, not a {model}"
+        raise InvalidRunInputError(
+            f'start_from "champion": the data set {why}; start from "pretrained" or "scratch"'
+        )
+    passed = f"; the champion is a {champion_model}, this run trains a {model}" if champion_uri else ""
+    if pretrained:
+        return start(START_PRETRAINED, pretrained, f"the stack's PretrainedModelUri{passed}")
+    return start(START_SCRATCH, "", f"no champion and no PretrainedModelUri{passed}")
+
+
+def input_data_config(
+    train_source: dict[str, Any], input_mode: str, manifest_uri: str, start: Start
+) -> list[dict[str, Any]]:
+    """The training jobs' channels: the data, the frozen manifest and, unless from scratch, the weights."""
+
+    def s3_channel(name: str, uri: str) -> dict[str, Any]:
+        source = {"S3DataType": "S3Prefix", "S3Uri": uri, "S3DataDistributionType": "FullyReplicated"}
+        return {"ChannelName": name, "InputMode": "File", "DataSource": {"S3DataSource": source}}
+
+    channels = [
+        {"ChannelName": container.CHANNEL_TRAIN, "DataSource": train_source, "InputMode": input_mode},
+        s3_channel(container.CHANNEL_MANIFEST, manifest_uri),
+    ]
+    if start["uri"]:
+        channels.append(s3_channel(container.CHANNEL_PRETRAINED, start["uri"]))
+    return channels
+
+
 def static_hyperparameters(settings: RunSettings) -> dict[str, str]:
     """The hyperparameters every job of the run gets from the stack's parameters (or overrides)."""
     return {
@@ -287,6 +353,7 @@ class Context:
     trigger: str
     settings: RunSettings
     fixed: dict[str, str] | None  # fixed hyperparameters: train once with them, no tuning
+    start_from: str | None  # what the request asked the run to start from
     state: dict[str, Any]  # the data set's row (champion, last tuning job)
     summary: dict[str, Any]  # freeze_manifest's
 
@@ -298,6 +365,11 @@ def build_run(ctx: Context, config: Config) -> Run:
     uris = artifact_uris(config.artifact_bucket, dataset, run_id)
     train_source, input_mode = train_channel(settings, data_prefix, dataset)
     static = static_hyperparameters(settings)
+    start = start_of(
+        settings, ctx.start_from, ctx.state, (ctx.fixed or {}).get(container.HP_MODEL, settings["model"])
+    )
+    if start["uri"]:  # the channel holds one file, by the URI's last part
+        static[container.HP_PRETRAINED] = start["uri"].rsplit("/", 1)[-1]
     champion = ctx.state.get("champion") or {}
     parent = str(ctx.state.get("last_tuning_job") or "")
     return {
@@ -318,6 +390,8 @@ def build_run(ctx: Context, config: Config) -> Run:
         "import_max_polls": settings["import_max_polls"],
         "train_data_source": train_source,
         "train_input_mode": input_mode,
+        "input_data_config": input_data_config(train_source, input_mode, uris["manifest_s3_uri"], start),
+        "start": start,
         "data_s3_uri": data_prefix,
         "manifest_s3_uri": uris["manifest_s3_uri"],
         "output_s3_uri": uris["output_s3_uri"],
@@ -371,6 +445,7 @@ def record_prepared(
             "class_counts": summary["class_counts"],
             "excluded_labels": summary["excluded_labels"],
             "rejected_uploads": summary["rejected_uploads"],
+            "started_from": dict(run["start"]),
         },
         table_name=config.runs_table,
         client=dynamodb,
@@ -405,7 +480,12 @@ def prepare(
     fixed = {k: _hp(v) for k, v in given.items()} if given is not None else None
     policy = balance_policy(settings, fixed or {})
     summary = freeze_manifest(dataset, run_id, config=config, dynamodb=dynamodb, s3=s3, policy=policy)
-    ctx = Context(dataset, run_id, execution_arn, request.trigger, settings, fixed, state, summary)
+    # naming weights in the request means starting from them
+    named = START_PRETRAINED if request.overrides.get("pretrained_model_uri") else None
+    start_from = request.overrides.get("start_from", named)
+    ctx = Context(
+        dataset, run_id, execution_arn, request.trigger, settings, fixed, start_from, state, summary
+    )
     run = build_run(ctx, config)
     record_prepared(run, ctx, policy, at, config=config, dynamodb=dynamodb)
     logger.info("run prepared", extra={"dataset": dataset, "run_id": run_id, "images": summary["size"]})

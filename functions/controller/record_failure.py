@@ -123,6 +123,7 @@ def record_failure(
             [
                 f"Run {run_id} of data set {dataset or '?'} failed.",
                 message,
+                *notes.start_line(record),
                 *notes.data_lines(record, bucket=config.artifact_bucket),
             ]
         ),

@@ -13,6 +13,8 @@ against it with Powertools' validation utility (fastjsonschema).
         "final_training": true, "data_source": "s3",
         "class_balance": "oversample", "class_balance_ratio": 0.5,   # or "cap" with "class_balance_cap"
         "min_images_per_label": 5, "small_labels": "exclude",
+        "start_from": "champion",                # or "pretrained", "scratch"; default: the champion
+        "pretrained_model_uri": "s3://bucket/efficientnet-lite0.pth",  # implies start_from pretrained
         "hyperparameters": {"lr": 0.01, "optimizer": "sgd"}}}   # fixed: skip tuning, train once
 """
 
@@ -26,6 +28,7 @@ from aws_lambda_powertools.utilities.validation import SchemaValidationError, va
 from controller import balance, names
 from controller.errors import InvalidRunInputError
 from retrain_contract import container
+from retrain_contract.run import STARTS
 
 TRIGGERS: Final = ("schedule", "upload", "manual")
 MODELS: Final = container.MODELS
@@ -70,6 +73,8 @@ OVERRIDES_SCHEMA: Final[dict[str, Any]] = {
         "class_balance_cap": _integer(1, 10_000_000),
         "min_images_per_label": _integer(1, 1_000_000),
         "small_labels": {"enum": list(balance.SMALL_LABELS)},
+        "start_from": {"enum": list(STARTS)},
+        "pretrained_model_uri": {"type": "string", "pattern": names.PRETRAINED_URI_PATTERN},
         "hyperparameters": {
             "type": "object",
             "additionalProperties": False,

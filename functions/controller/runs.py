@@ -77,6 +77,7 @@ class RunRecord(TypedDict, total=False):
     class_balance: dict[str, str | int | float]  # the manifest's policy (balance.Policy.record)
     class_counts: dict[str, dict[str, int]]  # per label: images, validation, train, train_lines
     excluded_labels: dict[str, str]  # label -> why it was set aside
+    started_from: dict[str, str]  # lineage: kind (champion|pretrained|scratch), uri, package arn, reason
     rejected_uploads: dict[str, int]  # refused uploads still in the bucket, by problem (names.PROBLEM_*)
     unreadable_images: list[dict[str, str]]  # {"key", "reason"}: what training could not decode
     import_task: str

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from controller import names
+from controller import names, notes
 from retrain.pricing import PRICE_DATE, PRICE_REGION, PRICE_SOURCE, job_cost, spot_savings_pct
 from retrain.report import charts
 from retrain.report.facts import RunFacts
@@ -123,6 +123,9 @@ def _header(facts: RunFacts) -> list[str]:
     )
     if facts.failure:
         lines += [f"**Failed:** {facts.failure}", ""]
+    if facts.started_from:
+        start = facts.started_from
+        lines += [f"**Started from:** {notes.lineage(start)} — {start.get('reason', '')}", ""]
     lines += ["## Gate decision", ""]
     decision = {True: "passed", False: "rejected", None: "not reached"}[facts.gate_passed]
     lines += [f"**{decision}** — {facts.gate_reason or 'no reason recorded'}", ""]

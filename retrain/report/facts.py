@@ -73,6 +73,9 @@ class RunFacts:
     class_balance: dict[str, Any] = field(default_factory=dict)  # the manifest's policy
     class_counts: dict[str, dict[str, int]] = field(default_factory=dict)  # per label, before/after
     excluded_labels: dict[str, str] = field(default_factory=dict)  # label -> why it was set aside
+    started_from: dict[str, str] = field(
+        default_factory=dict
+    )  # the run's lineage: kind, uri, package, reason
     unreadable: list[Rejected] = field(default_factory=list)  # accepted, yet training could not decode
     tuning_job: str = ""
     trials: list[Trial] = field(default_factory=list)

@@ -38,7 +38,14 @@ from controller import (
 from controller.config import Config
 from retrain.embedded.account import ACCOUNT_ID
 from retrain.embedded.stepfunctions.integrations import installed
-from tests.unit.functions.support import Aws, make_config, moto_aws, object_created, sqs_event
+from tests.unit.functions.support import (
+    Aws,
+    make_config,
+    moto_aws,
+    object_created,
+    sqs_event,
+    template_settings,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -370,7 +377,9 @@ class Harness:
         )
 
 
+# The template's run settings with these changes: a small, fast run on FSx with a few quick import polls.
 SETTINGS = {
+    **template_settings(),
     "training_image": f"{ACCOUNT}.dkr.ecr.us-east-1.amazonaws.com/retrain:latest",
     "instance_type": "ml.g5.xlarge",
     "instance_count": 1,

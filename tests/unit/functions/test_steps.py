@@ -735,3 +735,106 @@ def test_the_execution_ended_handler_takes_the_rules_event_as_lambda_delivers_it
     assert result == {"action": "released", "run_id": "flowers-00001", "notified": True}
     record = runs.get_run("flowers", "flowers-00001", table_name=aws.runs_table, client=aws.dynamodb)
     assert record is not None and record["status"] == "FAILED"
+
+
+CHAMPION_DATA = "s3://retrain-artifacts/runs/flowers/run-0/output/job/output/model.tar.gz"
+CHAMPION_ARN = "arn:aws:sagemaker:us-east-1:123456789012:model-package/retrain-flowers/1"
+
+
+def _crown(aws, config, model: str = "resnet18") -> None:
+    """The data set's run-0 registered a champion (as finalize records it)."""
+    datasets.acquire("flowers", "run-0", "t", table_name=config.datasets_table, client=aws.dynamodb)
+    champion = {
+        "model_data": CHAMPION_DATA,
+        "model_package_arn": CHAMPION_ARN,
+        "run_id": "run-0",
+        "model": model,
+    }
+    datasets.release(
+        "flowers",
+        "run-0",
+        table_name=config.datasets_table,
+        client=aws.dynamodb,
+        updates={"champion": champion},
+    )
+
+
+def _channels(run) -> dict[str, str]:
+    return {
+        c["ChannelName"]: c["DataSource"].get("S3DataSource", {}).get("S3Uri", "")
+        for c in run["input_data_config"]
+    }
+
+
+@pytest.mark.parametrize(
+    ("champion", "stack_uri", "overrides", "kind", "uri"),
+    [
+        (None, "", {}, "scratch", ""),
+        (
+            None,
+            "s3://weights/efficientnet-lite0.pth",
+            {},
+            "pretrained",
+            "s3://weights/efficientnet-lite0.pth",
+        ),
+        ("resnet18", "s3://weights/w.pth", {}, "champion", CHAMPION_DATA),
+        ("resnet18", "", {"start_from": "scratch"}, "scratch", ""),
+        ("resnet18", "", {"pretrained_model_uri": "s3://mine/r18.pth"}, "pretrained", "s3://mine/r18.pth"),
+        (
+            "resnet50",
+            "s3://weights/w.pth",
+            {},
+            "pretrained",
+            "s3://weights/w.pth",
+        ),  # champion of another arch
+    ],
+)
+def test_a_run_starts_from_the_champion_then_pretrained_weights_then_scratch(
+    aws, config, events_dir, *, champion, stack_uri, overrides, kind, uri
+):
+    # GIVEN a data set (with or without a champion) and the stack's PretrainedModelUri
+    _upload(aws, config, events_dir, "data/flowers/daisy/a.jpg", "data/flowers/tulip/b.png")
+    if champion:
+        _crown(aws, config, champion)
+    stacked = dataclasses.replace(config, settings={**config.settings, "pretrained_model_uri": stack_uri})
+    # WHEN a run is prepared
+    run = _prepare(aws, stacked, {"dataset": "flowers", "overrides": overrides})
+    # THEN it starts from what the rule says, and the jobs get those weights as the pretrained channel
+    assert (run["start"]["kind"], run["start"]["uri"]) == (kind, uri)
+    channels = _channels(run)
+    assert channels.get("pretrained", "") == uri
+    assert run["static_hyperparameters"].get("pretrained", "") == uri.rsplit("/", 1)[-1]
+    assert set(channels) >= {"train", "manifest"}
+    # AND the run record keeps the lineage
+    record = runs.get_run("flowers", "run-1", table_name=config.runs_table, client=aws.dynamodb)
+    assert record["started_from"]["kind"] == kind
+    if kind == "champion":
+        assert record["started_from"]["model_package_arn"] == CHAMPION_ARN
+
+
+@pytest.mark.parametrize(
+    ("champion", "overrides", "words"),
+    [
+        (None, {"start_from": "champion"}, "has no champion yet"),
+        ("resnet50", {"start_from": "champion"}, "has a resnet50 champion, not a resnet18"),
+        (None, {"start_from": "pretrained"}, "needs weights: give overrides.pretrained_model_uri"),
+    ],
+)
+def test_a_start_that_cannot_be_had_is_refused_with_what_to_do(
+    aws, config, events_dir, champion, overrides, words
+):
+    from controller.errors import InvalidRunInputError
+
+    _upload(aws, config, events_dir, "data/flowers/daisy/a.jpg", "data/flowers/tulip/b.png")
+    if champion:
+        _crown(aws, config, champion)
+    with pytest.raises(InvalidRunInputError, match=words):
+        _prepare(aws, config, {"dataset": "flowers", "overrides": overrides})
+
+
+def test_a_pretrained_uri_that_is_not_one_s3_object_is_refused():
+    from controller.errors import InvalidRunInputError
+    from controller.run_request import parse_request
+
+    with pytest.raises(InvalidRunInputError, match=r"input\.overrides\.pretrained_model_uri"):
+        parse_request({"dataset": "flowers", "overrides": {"pretrained_model_uri": "https://x/y.pth"}})

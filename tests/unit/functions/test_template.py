@@ -196,7 +196,7 @@ def test_the_manual_start_overrides_admit_what_the_template_parameters_admit(tem
     parameters = _settings_parameters(template)
     overrides = run_request.OVERRIDES_SCHEMA["properties"]
     # THEN every override is a run setting (or the fixed hyperparameters)
-    assert set(overrides) - {"hyperparameters"} <= set(parameters)
+    assert set(overrides) - {"hyperparameters", "start_from"} <= set(parameters)
     compared = []
     for key, schema in overrides.items():
         declared = template["Parameters"].get(parameters.get(key, ""), {})
@@ -204,6 +204,8 @@ def test_the_manual_start_overrides_admit_what_the_template_parameters_admit(tem
             assert sorted(map(str, schema["enum"])) == sorted(map(str, declared["AllowedValues"])), key
             compared.append(key)
     assert {"model", "tuning_strategy", "data_source", "class_balance", "small_labels"} <= set(compared)
+    declared_uri = template["Parameters"][parameters["pretrained_model_uri"]]["AllowedPattern"]
+    assert overrides["pretrained_model_uri"]["pattern"] == declared_uri
 
 
 def test_the_optimizers_parameter_admits_the_containers_optimizers_only(template):
