@@ -474,8 +474,9 @@ def _train(
     job = set_up(args, paths, context)
     resumed = resume(job)
     progress = resumed or engine.Progress()
-    hook = debugger.attach(job.model, job.loss_fn, args, paths) if context.is_main else None
-    debugger.resume_at(hook, progress.step)
+    # The hook counts validation batches as steps too: one pass of val_loader per finished epoch.
+    start = debugger.Position(progress.step, progress.epoch * len(job.val_loader))
+    hook = debugger.attach(job.model, job.loss_fn, args, paths, start) if context.is_main else None
     loop = EpochLoop(job, progress, resumed=resumed is not None, interruption=interruption, hook=hook)
     loop.run()
     job.store.close()
