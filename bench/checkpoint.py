@@ -55,7 +55,7 @@ def measure_model(
     model = models.build_model(arch, NUM_CLASSES)
     optimizer = train.build_optimizer(args, model)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=1000)
-    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    optimization = engine.Optimization(optimizer, scheduler, torch.amp.GradScaler("cpu", enabled=False))
     loss_fn = torch.nn.CrossEntropyLoss()
     images = torch.randn(batch_size, 3, image_size, image_size)
     labels = torch.randint(0, NUM_CLASSES, (batch_size,))
@@ -82,9 +82,7 @@ def measure_model(
     state = train.checkpoint_state(
         args=args,
         model=model,
-        optimizer=optimizer,
-        scheduler=scheduler,
-        scaler=scaler,
+        optimization=optimization,
         loader=loader,
         progress=engine.Progress(0, 1, 1),
         labels=[str(i) for i in range(NUM_CLASSES)],

@@ -10,13 +10,15 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
+from smdebug import modes
+from smdebug.trials import create_trial
 
 from retrain_contract import container as contract
 
@@ -39,6 +41,9 @@ HYPERPARAMETERS = {
     "augment-load": "2",
 }
 ARGS = [part for name, value in HYPERPARAMETERS.items() for part in (f"--{name}", value)]
+# The same job with the Debugger hook on, saving every step: its tensors must survive restarts too.
+HOOKED = {**HYPERPARAMETERS, "debug-hook": "true", "debug-interval": "1"}
+HOOKED_ARGS = [part for name, value in HOOKED.items() for part in (f"--{name}", value)]
 
 
 def write_images(root: Path, per_label: int = 20) -> None:
@@ -57,19 +62,31 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def run_training(base: Path, data: Path, *, sigterm_on: str | None = None, delay_s: float = 0.0) -> int:
-    """Run train.py as SageMaker would; send SIGTERM once a stderr line matches `sigterm_on`."""
+def run_training(
+    base: Path,
+    data: Path,
+    *,
+    sigterm_on: str | None = None,
+    delay_s: float = 0.0,
+    args: Sequence[str] = ARGS,
+    signum: signal.Signals = signal.SIGTERM,
+    job_name: str | None = JOB,
+) -> int:
+    """Run train.py as SageMaker would; send SIGTERM (or `signum`) once a stderr line matches `sigterm_on`.
+    `job_name` None: no TRAINING_JOB_NAME, as in a container run outside SageMaker."""
     env = {
         **os.environ,
         contract.BASE_DIR_ENV: str(base),
         contract.CHANNEL_ENV_PREFIX + "TRAIN": str(data),
-        contract.JOB_NAME_ENV: JOB,
+        contract.JOB_NAME_ENV: job_name or "",
         "OMP_NUM_THREADS": "1",
     }
+    if job_name is None:
+        del env[contract.JOB_NAME_ENV]
     base.mkdir(parents=True, exist_ok=True)
     with open(base / "stdout.log", "a") as stdout:
         process = subprocess.Popen(
-            [sys.executable, str(TRAIN), *ARGS],
+            [sys.executable, str(TRAIN), *args],
             env=env,
             stdout=stdout,
             stderr=subprocess.PIPE,
@@ -83,7 +100,7 @@ def run_training(base: Path, data: Path, *, sigterm_on: str | None = None, delay
                 if sigterm_on and not signalled and re.search(sigterm_on, line):
                     if delay_s:
                         subprocess.run(["sleep", str(delay_s)], check=True)
-                    process.send_signal(signal.SIGTERM)
+                    process.send_signal(signum)
                     signalled = True
         return process.wait(timeout=300)
 
@@ -184,3 +201,75 @@ def test_torn_newest_checkpoint_falls_back_to_the_previous_one(
     assert "is unusable" in log
     assert f"resumed from {contract.checkpoint_name(steps[0])}" in log
     assert_bit_equal(final_weights(workdir), uninterrupted)
+
+
+def tensor_record(base: Path) -> dict[str, object]:
+    """What the rules read from a job's Debugger tensors: the steps of each mode and every saved loss
+    and gradient summary, by global step."""
+    os.environ.setdefault("SMDEBUG_TRAINING_END_DELAY_REFRESH", "0")
+    trial = create_trial(str(base / "output" / "data" / contract.TENSORS_DIRNAME))
+    values = {}
+    for name in trial.tensor_names(collection="losses"):
+        values[name] = {step: float(trial.tensor(name).value(step)) for step in trial.tensor(name).steps()}
+    for name in trial.tensor_names(collection="gradients"):
+        tensor = trial.tensor(name)
+        values[name] = {step: float(tensor.reduction_value(step, "l2", abs=False)) for step in tensor.steps()}
+    return {
+        "steps": trial.steps(),
+        "train": trial.steps(mode=modes.TRAIN),
+        "eval": trial.steps(mode=modes.EVAL),
+        "values": values,
+    }
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_hooked(tmp_path_factory: pytest.TempPathFactory, dataset: Path) -> Path:
+    base = tmp_path_factory.mktemp("uninterrupted-hooked")
+    assert run_training(base, dataset, args=HOOKED_ARGS, job_name=None) == 0
+    return base
+
+
+def test_restart_with_the_debug_hook_on_continues_its_tensors(
+    workdir: Path, dataset: Path, uninterrupted: dict[str, torch.Tensor], uninterrupted_hooked: Path
+) -> None:
+    # GIVEN a container run outside SageMaker with the Debugger hook on, interrupted after its step-3
+    # checkpoint: its tensors so far are on disk, and smdebug marked them ended when the process exited
+    trigger = r"checkpoint ckpt-000000003\.pt written"
+    assert run_training(workdir, dataset, sigterm_on=trigger, args=HOOKED_ARGS, job_name=None) == 143
+    tensors = workdir / "output" / "data" / contract.TENSORS_DIRNAME
+    assert (tensors / "training_job_end.ts").exists()
+    # WHEN it restarts in the same directory
+    assert run_training(workdir, dataset, args=HOOKED_ARGS, job_name=None) == 0
+    # THEN its weights equal the uninterrupted run's, and so do the tensors the rules read
+    assert "resumed from" in (workdir / "stderr.log").read_text()
+    assert_bit_equal(final_weights(workdir), uninterrupted)
+    assert tensor_record(workdir) == tensor_record(uninterrupted_hooked)
+
+
+def test_killed_job_with_the_debug_hook_on_restarts(
+    workdir: Path, dataset: Path, uninterrupted: dict[str, torch.Tensor], uninterrupted_hooked: Path
+) -> None:
+    # GIVEN a SageMaker job with the hook on killed without warning after its step-3 checkpoint:
+    # tensors of steps past that checkpoint may be on disk, and smdebug's claim file is left behind
+    trigger = r"checkpoint ckpt-000000003\.pt written"
+    killed = run_training(workdir, dataset, sigterm_on=trigger, args=HOOKED_ARGS, signum=signal.SIGKILL)
+    assert killed == -signal.SIGKILL
+    # WHEN it restarts in the same directory
+    assert run_training(workdir, dataset, args=HOOKED_ARGS) == 0
+    # THEN it ends as the uninterrupted run did, its tensors included
+    assert_bit_equal(final_weights(workdir), uninterrupted)
+    assert tensor_record(workdir) == tensor_record(uninterrupted_hooked)
+
+
+def test_finished_job_with_the_debug_hook_on_runs_again_in_place(
+    workdir: Path, dataset: Path, uninterrupted: dict[str, torch.Tensor], uninterrupted_hooked: Path
+) -> None:
+    # GIVEN the /opt/ml of a container run outside SageMaker that finished with the hook on
+    shutil.copytree(uninterrupted_hooked, workdir, dirs_exist_ok=True)
+    assert (workdir / "output" / "data" / contract.TENSORS_DIRNAME / "training_job_end.ts").exists()
+    # WHEN the container runs again there
+    assert run_training(workdir, dataset, args=HOOKED_ARGS, job_name=None) == 0
+    # THEN it resumes from the final checkpoint and leaves the same model and tensors
+    assert "resumed from" in (workdir / "stderr.log").read_text()
+    assert_bit_equal(final_weights(workdir), uninterrupted)
+    assert tensor_record(workdir) == tensor_record(uninterrupted_hooked)

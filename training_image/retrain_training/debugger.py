@@ -9,7 +9,11 @@ output.tar.gz) and `rule_check.py` evaluates the rules over it after the job.
 from __future__ import annotations
 
 import argparse
+import json
+import logging
 import re
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +26,14 @@ if TYPE_CHECKING:
 else:
     Hook = Any
 
+log = logging.getLogger(__name__)
 DEBUG_HOOK_CONFIG_FILE = "debughookconfig.json"  # written by SageMaker from DebugHookConfig
+MANAGED_OUT_DIR = "/opt/ml/output/tensors"  # smdebug's out_dir when DebugHookConfig names no LocalPath
+# What smdebug leaves in its out_dir besides the tensors: the end-of-training marker (written when a
+# hook closes, at exit too, unless TRAINING_JOB_NAME is set) makes a new hook refuse the directory;
+# the claim file (removed when a hook closes) makes a new hook silently write nothing.
+END_OF_TRAINING_FILE = "training_job_end.ts"
+CLAIM_FILE = "claim.smd"
 DEFAULT_INTERVAL = int(str(contract.HYPERPARAMETER_DEFAULTS[contract.HP_DEBUG_INTERVAL]))
 
 # Summaries instead of whole tensors keep the cost and the output small, and the rules need no more:
@@ -77,12 +88,72 @@ def build_hook(out_dir: Path, interval: int) -> Hook:
     return hook
 
 
+@dataclass(frozen=True)
+class Position:
+    """Where a job's hook starts: the training steps and validation batches its earlier runs took (up to
+    the checkpoint it resumes from). Both count as hook steps, so a resumed hook's step numbers, global
+    and per mode, go on exactly as an uninterrupted run's would."""
+
+    train_steps: int = 0
+    eval_steps: int = 0
+
+    @property
+    def global_step(self) -> int:
+        return self.train_steps + self.eval_steps
+
+
+def out_dir(paths: contract.Paths) -> Path:
+    """Where the hook writes: DebugHookConfig's LocalPath in managed mode, else paths.tensors_dir."""
+    config = hook_config_path(paths)
+    if not config.is_file():
+        return paths.tensors_dir
+    return Path(json.loads(config.read_text(encoding="utf-8")).get("LocalPath") or MANAGED_OUT_DIR)
+
+
+def keep_steps_before(directory: Path, step: int) -> None:
+    """Make the tensors an earlier run of this job left in `directory` the start of this run's.
+
+    A restart (spot, or the container run again in the same /opt/ml) resumes from a checkpoint taken
+    at hook step `step`: the steps before it stay, they are this job's history; the steps from it on
+    are dropped, because this run saves them again, from the same state. The rules then read one
+    directory that holds what an uninterrupted run's would. smdebug's end-of-training marker and claim
+    file go too: with them a new hook refuses the directory, or writes nothing into it.
+    """
+    if not directory.is_dir():
+        return
+    (directory / END_OF_TRAINING_FILE).unlink(missing_ok=True)
+    (directory / CLAIM_FILE).unlink(missing_ok=True)
+    dropped = 0
+    for step_dir in (directory / "events").glob("*"):
+        if step_dir.name.isdigit() and int(step_dir.name) >= step:
+            shutil.rmtree(step_dir)
+            dropped += 1
+    for index_file in (directory / "index").glob("*/*.json"):
+        number = index_file.name.split("_", 1)[0]
+        if number.isdigit() and int(number) >= step:
+            index_file.unlink()
+    if dropped:
+        log.info(
+            "dropped %d saved steps from step %d on in %s: this run saves them again",
+            dropped,
+            step,
+            directory,
+        )
+
+
 def attach(
-    model: torch.nn.Module, loss_fn: torch.nn.Module, args: argparse.Namespace, paths: contract.Paths
+    model: torch.nn.Module,
+    loss_fn: torch.nn.Module,
+    args: argparse.Namespace,
+    paths: contract.Paths,
+    start: Position | None = None,
 ) -> Hook | None:
-    """Register a hook on the model and the loss; None when the debug-hook hyperparameter is off."""
+    """Register a hook on the model and the loss, starting at `start` (a resumed job's position) in
+    whatever an earlier run left in its directory; None when the debug-hook hyperparameter is off."""
     if not contract.parse_bool(getattr(args, "debug_hook", True)):
         return None
+    start = start or Position()
+    keep_steps_before(out_dir(paths), start.global_step)
     config = hook_config_path(paths)
     if config.is_file():
         from smdebug.pytorch import Hook as SmdebugHook
@@ -94,6 +165,7 @@ def attach(
     register_lean(hook, model)
     hook.register_loss(loss_fn)
     train_mode(hook)
+    resume_at(hook, start)
     return hook
 
 
@@ -141,18 +213,20 @@ def eval_mode(hook: Hook | None) -> None:
         hook.set_mode(modes.EVAL)
 
 
-def resume_at(hook: Hook | None, step: int) -> None:
-    """Continue the step count of a resumed job (spot restart) so its tensors follow the earlier ones."""
-    if hook is None or step <= 0:
+def resume_at(hook: Hook | None, start: Position) -> None:
+    """Continue the step counts of a resumed job so its tensors follow the earlier ones: the global
+    step counts every forward pass, training and validation; each mode counts its own."""
+    if hook is None or start.global_step <= 0:
         return
     from smdebug import modes
 
-    # The PyTorch hook counts from init_step - 1 and increments before each step's first forward.
-    before = step - 1
+    # The PyTorch hook counts from init_step (-1) and increments before each step's first forward.
+    before = start.global_step - 1
     hook.init_step = before
     hook.step = before
     hook.mode_steps[modes.GLOBAL] = before
-    hook.mode_steps[modes.TRAIN] = before
+    hook.mode_steps[modes.TRAIN] = start.train_steps - 1
+    hook.mode_steps[modes.EVAL] = start.eval_steps - 1
 
 
 def close(hook: Hook | None) -> None:

@@ -29,6 +29,17 @@ class Progress:
     step: int = 0  # optimizer steps taken in the whole job
 
 
+@dataclass(frozen=True)
+class Optimization:
+    """What a step updates besides the weights, and a checkpoint carries with them: the optimizer,
+    its learning-rate schedule, the mixed-precision loss scaler, and whether steps run in autocast."""
+
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    scaler: torch.amp.GradScaler
+    use_amp: bool = False
+
+
 @dataclass
 class EpochResult:
     loss: float
@@ -45,13 +56,10 @@ def train_one_epoch(
     *,
     model: nn.Module,
     loss_fn: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
-    scaler: torch.amp.GradScaler,
+    optimization: Optimization,
     loader: Loader,
     progress: Progress,
     context: distributed.Context,
-    use_amp: bool,
     frozen_backbone: bool = False,
     after_step: Callable[[Progress, float, float], None] | None = None,
 ) -> EpochResult:
@@ -59,6 +67,7 @@ def train_one_epoch(
     step (it may checkpoint, or raise checkpoints.Interrupted to stop)."""
     models.train_mode(model, frozen_backbone=frozen_backbone)
     device = context.device
+    optimizer, scaler = optimization.optimizer, optimization.scaler
     epoch = progress.epoch
     total = torch.zeros((), dtype=torch.float64)
     window = torch.zeros((), dtype=torch.float64)
@@ -69,13 +78,13 @@ def train_one_epoch(
         computed_from = time.perf_counter()
         images = batch_images.to(device, non_blocking=True)
         labels = batch_labels.to(device, non_blocking=True)
-        with torch.autocast(device_type=device.type, dtype=torch.float16, enabled=use_amp):
+        with torch.autocast(device_type=device.type, dtype=torch.float16, enabled=optimization.use_amp):
             loss = loss_fn(model(images), labels)
         optimizer.zero_grad(set_to_none=True)
         scaler.scale(loss).backward()
         scaler.step(optimizer)
         scaler.update()
-        scheduler.step()
+        optimization.scheduler.step()
         value = loss.detach().to(torch.float64).cpu()
         total += value
         window += value

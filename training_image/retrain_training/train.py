@@ -15,6 +15,7 @@ import logging
 import pathlib
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -64,13 +65,26 @@ def build_optimizer(args: argparse.Namespace, model: nn.Module) -> torch.optim.O
     )
 
 
+def build_optimization(
+    args: argparse.Namespace, model: nn.Module, *, steps_per_epoch: int
+) -> engine.Optimization:
+    """The optimizer, a cosine schedule over the whole job and the loss scaler (AMP only on CUDA)."""
+    device = next(model.parameters()).device
+    use_amp = args.amp and device.type == "cuda"
+    optimizer = build_optimizer(args, model)
+    return engine.Optimization(
+        optimizer=optimizer,
+        scheduler=torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.epochs * steps_per_epoch),
+        scaler=torch.amp.GradScaler(device.type, enabled=use_amp),
+        use_amp=use_amp,
+    )
+
+
 def checkpoint_state(
     *,
     args: argparse.Namespace,
     model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
-    scaler: torch.amp.GradScaler,
+    optimization: engine.Optimization,
     loader: loaders.Loader,
     progress: engine.Progress,
     labels: list[str],
@@ -86,9 +100,9 @@ def checkpoint_state(
         "next_batch": progress.next_batch,
         "order": torch.tensor(order, dtype=torch.int64),
         "model": engine.unwrap(model).state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "scheduler": scheduler.state_dict(),
-        "scaler": scaler.state_dict(),
+        "optimizer": optimization.optimizer.state_dict(),
+        "scheduler": optimization.scheduler.state_dict(),
+        "scaler": optimization.scaler.state_dict(),
         "rng": checkpoints.rng_state(),
         "loader": loader.state_dict(),
         "args": vars(args),
@@ -142,9 +156,7 @@ def restore(
     labels: list[str],
     num_train: int,
     model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
-    scaler: torch.amp.GradScaler,
+    optimization: engine.Optimization,
     loader: loaders.Loader,
 ) -> engine.Progress:
     """Put every piece of training state back as the checkpoint recorded it; refuse a checkpoint
@@ -164,9 +176,9 @@ def restore(
             "changed since it was written; use a new training job name"
         )
     engine.unwrap(model).load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
-    scaler.load_state_dict(state["scaler"])
+    optimization.optimizer.load_state_dict(state["optimizer"])
+    optimization.scheduler.load_state_dict(state["scheduler"])
+    optimization.scaler.load_state_dict(state["scaler"])
     loader.load_state_dict(state["loader"])
     checkpoints.set_rng_state(state["rng"])
     log.info(
@@ -195,14 +207,8 @@ def main(
         distributed.teardown(context)
 
 
-def _train(
-    args: argparse.Namespace,
-    paths: contract.Paths,
-    context: distributed.Context,
-    interruption: checkpoints.Interruption,
-) -> None:
-    device = context.device
-    configure_determinism(args.seed, device)
+def load_data(args: argparse.Namespace, paths: contract.Paths) -> data.DataSet:
+    """The train channel split into training and validation images (by the manifest when given)."""
     manifest_dir = paths.channel(contract.CHANNEL_MANIFEST)
     manifest = manifest_dir / contract.MANIFEST_FILE if manifest_dir is not None else None
     if manifest is not None and not manifest.is_file():
@@ -213,7 +219,6 @@ def _train(
         manifest=manifest,
         val_fraction=args.val_fraction,
     )
-    labels = dataset.labels
     if not dataset.validation:
         raise data.DataError(
             f"no validation images (val-fraction {args.val_fraction} of {len(dataset.train)} images): "
@@ -221,13 +226,19 @@ def _train(
         )
     log.info(
         "%d labels, %d training and %d validation images, %d skipped",
-        len(labels),
+        len(dataset.labels),
         len(dataset.train),
         len(dataset.validation),
         len(dataset.skipped),
     )
+    return dataset
 
-    model = models.build_model(args.model, len(labels))
+
+def build_model(
+    args: argparse.Namespace, paths: contract.Paths, num_labels: int, device: torch.device
+) -> nn.Module:
+    """The architecture with a `num_labels` head, from the pretrained channel's weights when named."""
+    model = models.build_model(args.model, num_labels)
     if args.pretrained:
         pretrained_dir = paths.channel(contract.CHANNEL_PRETRAINED)
         if pretrained_dir is None:
@@ -235,16 +246,20 @@ def _train(
                 f"pretrained={args.pretrained} but the job has no '{contract.CHANNEL_PRETRAINED}' channel"
             )
         models.load_pretrained(model, models.read_state_dict(pretrained_dir / args.pretrained))
-    model.to(device)
-    use_amp = args.amp and device.type == "cuda"
-    kind = loaders.resolve_kind(args.loader, device)
+    return model.to(device)
+
+
+def build_loaders(
+    args: argparse.Namespace, dataset: data.DataSet, context: distributed.Context, kind: str
+) -> tuple[loaders.Loader, loaders.Loader]:
+    """This rank's training and validation loaders."""
     common = {
         "batch_size": args.batch_size,
         "image_size": args.image_size,
         "augment_load": args.augment_load,
         "seed": args.seed,
         "num_workers": args.num_workers,
-        "device": device,
+        "device": context.device,
         "rank": context.rank,
         "world_size": context.world_size,
     }
@@ -257,132 +272,217 @@ def _train(
         **common,
     )
     val_loader = loaders.build_loader(kind, dataset.validation, train=False, **common)
-    loss_fn = nn.CrossEntropyLoss()
-    optimizer = build_optimizer(args, model)
-    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.epochs * len(train_loader))
-    scaler = torch.amp.GradScaler(device.type, enabled=use_amp)
-    progress = engine.Progress()
+    return train_loader, val_loader
 
+
+@dataclass(frozen=True)
+class Job:
+    """What one training run is made of, built once before its first step."""
+
+    args: argparse.Namespace
+    paths: contract.Paths
+    context: distributed.Context
+    dataset: data.DataSet
+    loader_kind: str
+    model: nn.Module
+    loss_fn: nn.Module
+    train_loader: loaders.Loader
+    val_loader: loaders.Loader
+    optimization: engine.Optimization
+    store: checkpoints.CheckpointStore
+
+    @property
+    def labels(self) -> list[str]:
+        return self.dataset.labels
+
+
+def set_up(args: argparse.Namespace, paths: contract.Paths, context: distributed.Context) -> Job:
+    """Seed, data, model, loaders, optimizer and checkpoint store, in the order that fixes the seeded
+    initial weights."""
+    configure_determinism(args.seed, context.device)
+    dataset = load_data(args, paths)
+    model = build_model(args, paths, len(dataset.labels), context.device)
+    kind = loaders.resolve_kind(args.loader, context.device)
+    train_loader, val_loader = build_loaders(args, dataset, context, kind)
+    optimization = build_optimization(args, model, steps_per_epoch=len(train_loader))
     # Every rank resumes from the checkpoints rank 0 writes (the first host's directory).
     store = checkpoints.CheckpointStore(
         paths.checkpoint_dir / paths.job_name / paths.hosts[0], keep=args.keep_checkpoints
     )
-    resumed = store.load_latest()
-    if resumed is not None:
-        progress = restore(
-            resumed,
-            args=args,
-            labels=labels,
-            num_train=len(dataset.train),
-            model=model,
-            optimizer=optimizer,
-            scheduler=scheduler,
-            scaler=scaler,
-            loader=train_loader,
-        )
+    return Job(
+        args=args,
+        paths=paths,
+        context=context,
+        dataset=dataset,
+        loader_kind=kind,
+        model=model,
+        loss_fn=nn.CrossEntropyLoss(),
+        train_loader=train_loader,
+        val_loader=val_loader,
+        optimization=optimization,
+        store=store,
+    )
 
-    hook = debugger.attach(model, loss_fn, args, paths) if context.is_main else None
-    debugger.resume_at(hook, progress.step)
-    saved = (progress.epoch, progress.next_batch, progress.step) if resumed is not None else None
 
-    def save(current: engine.Progress) -> None:
-        nonlocal saved
-        position = (current.epoch, current.next_batch, current.step)
-        if position == saved:
-            return
-        if context.is_main:
-            order = data.epoch_order(len(dataset.train), args.seed, current.epoch)
-            state = checkpoint_state(
-                args=args,
-                model=model,
-                optimizer=optimizer,
-                scheduler=scheduler,
-                scaler=scaler,
-                loader=train_loader,
-                progress=current,
-                labels=labels,
-                order=order,
-            )
-            log.info("writing checkpoint %s", contract.checkpoint_name(current.step))
-            store.save_async(current.step, state)
-        saved = position
+def resume(job: Job) -> engine.Progress | None:
+    """Restore the newest valid checkpoint of this job and host; None when there is none."""
+    resumed = job.store.load_latest()
+    if resumed is None:
+        return None
+    return restore(
+        resumed,
+        args=job.args,
+        labels=job.labels,
+        num_train=len(job.dataset.train),
+        model=job.model,
+        optimization=job.optimization,
+        loader=job.train_loader,
+    )
 
-    def stop(reason: str) -> None:
-        """The interruption checkpoint is durable on rank 0 before any rank exits."""
-        save(progress)
-        store.close()
-        distributed.barrier(context)
-        raise checkpoints.Interrupted(reason)
 
-    frozen: bool | None = None
-    ddp_model: nn.Module = model
-    summary: dict[str, Any] = {
-        "labels": len(labels),
-        "train_images": len(dataset.train),
-        "validation_images": len(dataset.validation),
-        "skipped_files": len(dataset.skipped),
+def initial_summary(job: Job) -> dict[str, Any]:
+    """What config.json says about the data and the set-up; the epochs add the validation results."""
+    return {
+        "labels": len(job.labels),
+        "train_images": len(job.dataset.train),
+        "validation_images": len(job.dataset.validation),
+        "skipped_files": len(job.dataset.skipped),
         # Which files and why: evaluation.json carries them to the run record (and the report).
         "skipped": [
-            {"path": _channel_key(path, paths), "reason": reason}
-            for path, reason in dataset.skipped[:MAX_SKIPPED_LISTED]
+            {"path": _channel_key(path, job.paths), "reason": reason}
+            for path, reason in job.dataset.skipped[:MAX_SKIPPED_LISTED]
         ],
-        "loader": kind,
-        "world_size": context.world_size,
+        "loader": job.loader_kind,
+        "world_size": job.context.world_size,
     }
-    profile = profiler.SystemProfiler(paths.profile_dir, interval_s=args.profile_interval_ms / 1000)
-    with profile if context.is_main else contextlib.nullcontext():
 
-        def after_step(current: engine.Progress, data_wait_s: float, compute_s: float) -> None:
-            if context.is_main:
-                profile.step(current.step, data_wait_s, compute_s)
-            if args.checkpoint_every_steps and current.step % args.checkpoint_every_steps == 0:
-                save(current)
-            if distributed.all_reduce_sum([float(interruption.requested)], context)[0] > 0:
-                stop(f"interrupted at step {current.step}")
 
-        for epoch in range(progress.epoch, args.epochs):
-            progress.epoch = epoch
-            freeze = epoch < args.freeze_backbone_epochs
-            if freeze != frozen:
-                models.set_backbone_frozen(model, freeze)
-                ddp_model = DistributedDataParallel(model) if context.enabled else model
-                frozen = freeze
-            debugger.train_mode(hook)
-            result = engine.train_one_epoch(
-                model=ddp_model,
-                loss_fn=loss_fn,
-                optimizer=optimizer,
-                scheduler=scheduler,
-                scaler=scaler,
-                loader=train_loader,
-                progress=progress,
-                context=context,
-                use_amp=use_amp,
-                frozen_backbone=freeze,
-                after_step=after_step,
+class EpochLoop:
+    """The epochs from `progress` on: checkpoints at the step interval and at epoch ends, a stop with
+    a durable checkpoint when SIGTERM came, the system profile, and the metric lines."""
+
+    def __init__(
+        self,
+        job: Job,
+        progress: engine.Progress,
+        *,
+        resumed: bool,
+        interruption: checkpoints.Interruption,
+        hook: debugger.Hook | None,
+    ) -> None:
+        self.job = job
+        self.progress = progress
+        self.interruption = interruption
+        self.hook = hook
+        self.saved = (progress.epoch, progress.next_batch, progress.step) if resumed else None
+        self.frozen: bool | None = None
+        self.ddp_model: nn.Module = job.model
+        self.summary = initial_summary(job)
+        self.profile = profiler.SystemProfiler(
+            job.paths.profile_dir, interval_s=job.args.profile_interval_ms / 1000
+        )
+
+    def run(self) -> None:
+        with self.profile if self.job.context.is_main else contextlib.nullcontext():
+            for epoch in range(self.progress.epoch, self.job.args.epochs):
+                self.epoch(epoch)
+
+    def save(self, current: engine.Progress) -> None:
+        """Checkpoint `current` in the background (rank 0), unless it is the position last saved."""
+        job = self.job
+        position = (current.epoch, current.next_batch, current.step)
+        if position == self.saved:
+            return
+        if job.context.is_main:
+            state = checkpoint_state(
+                args=job.args,
+                model=job.model,
+                optimization=job.optimization,
+                loader=job.train_loader,
+                progress=current,
+                labels=job.labels,
+                order=data.epoch_order(len(job.dataset.train), job.args.seed, current.epoch),
             )
-            debugger.eval_mode(hook)
-            evaluation = engine.evaluate(ddp_model, loss_fn, val_loader, context, use_amp=use_amp)
-            metrics = {
-                contract.METRIC_VAL_LOSS: evaluation.loss,
-                contract.METRIC_VAL_ACCURACY: evaluation.top1,
-                contract.METRIC_VAL_TOP3: evaluation.top3,
-            }
-            if result.seconds > 0 and result.images:
-                metrics[contract.METRIC_IMAGES_PER_SECOND] = result.images / result.seconds
-            for name, value in metrics.items():
-                engine.emit(name, value, epoch=epoch, step=progress.step, context=context)
-            summary.update(
-                val_loss=evaluation.loss, val_accuracy=evaluation.top1, val_top3_accuracy=evaluation.top3
-            )
-            progress.epoch, progress.next_batch = epoch + 1, 0
-            save(progress)
-            if interruption.requested:
-                stop(f"interrupted after epoch {epoch}")
-    store.close()
+            log.info("writing checkpoint %s", contract.checkpoint_name(current.step))
+            job.store.save_async(current.step, state)
+        self.saved = position
+
+    def stop(self, reason: str) -> None:
+        """The interruption checkpoint is durable on rank 0 before any rank exits."""
+        self.save(self.progress)
+        self.job.store.close()
+        distributed.barrier(self.job.context)
+        raise checkpoints.Interrupted(reason)
+
+    def after_step(self, current: engine.Progress, data_wait_s: float, compute_s: float) -> None:
+        context, every = self.job.context, self.job.args.checkpoint_every_steps
+        if context.is_main:
+            self.profile.step(current.step, data_wait_s, compute_s)
+        if every and current.step % every == 0:
+            self.save(current)
+        if distributed.all_reduce_sum([float(self.interruption.requested)], context)[0] > 0:
+            self.stop(f"interrupted at step {current.step}")
+
+    def epoch(self, epoch: int) -> None:
+        """Train the rest of `epoch`, validate, emit its metrics, checkpoint its end."""
+        job, progress = self.job, self.progress
+        progress.epoch = epoch
+        freeze = epoch < job.args.freeze_backbone_epochs
+        if freeze != self.frozen:
+            models.set_backbone_frozen(job.model, freeze)
+            self.ddp_model = DistributedDataParallel(job.model) if job.context.enabled else job.model
+            self.frozen = freeze
+        debugger.train_mode(self.hook)
+        result = engine.train_one_epoch(
+            model=self.ddp_model,
+            loss_fn=job.loss_fn,
+            optimization=job.optimization,
+            loader=job.train_loader,
+            progress=progress,
+            context=job.context,
+            frozen_backbone=freeze,
+            after_step=self.after_step,
+        )
+        debugger.eval_mode(self.hook)
+        evaluation = engine.evaluate(
+            self.ddp_model, job.loss_fn, job.val_loader, job.context, use_amp=job.optimization.use_amp
+        )
+        metrics = {
+            contract.METRIC_VAL_LOSS: evaluation.loss,
+            contract.METRIC_VAL_ACCURACY: evaluation.top1,
+            contract.METRIC_VAL_TOP3: evaluation.top3,
+        }
+        if result.seconds > 0 and result.images:
+            metrics[contract.METRIC_IMAGES_PER_SECOND] = result.images / result.seconds
+        for name, value in metrics.items():
+            engine.emit(name, value, epoch=epoch, step=progress.step, context=job.context)
+        self.summary.update(
+            val_loss=evaluation.loss, val_accuracy=evaluation.top1, val_top3_accuracy=evaluation.top3
+        )
+        progress.epoch, progress.next_batch = epoch + 1, 0
+        self.save(progress)
+        if self.interruption.requested:
+            self.stop(f"interrupted after epoch {epoch}")
+
+
+def _train(
+    args: argparse.Namespace,
+    paths: contract.Paths,
+    context: distributed.Context,
+    interruption: checkpoints.Interruption,
+) -> None:
+    job = set_up(args, paths, context)
+    resumed = resume(job)
+    progress = resumed or engine.Progress()
+    # The hook counts validation batches as steps too: one pass of val_loader per finished epoch.
+    start = debugger.Position(progress.step, progress.epoch * len(job.val_loader))
+    hook = debugger.attach(job.model, job.loss_fn, args, paths, start) if context.is_main else None
+    loop = EpochLoop(job, progress, resumed=resumed is not None, interruption=interruption, hook=hook)
+    loop.run()
+    job.store.close()
     debugger.close(hook)
     if context.is_main:
-        write_model(paths, args, model, labels, {**summary, "steps": progress.step})
+        write_model(paths, args, job.model, job.labels, {**loop.summary, "steps": progress.step})
 
 
 def run(argv: Sequence[str] | None = None) -> int:

@@ -84,20 +84,46 @@ def test_hook_follows_sagemakers_debug_hook_config_in_managed_mode(tmp_path: Pat
 
 
 def test_a_resumed_hook_continues_the_step_count(tmp_path: Path) -> None:
-    # GIVEN a hook resumed at step 100
+    # GIVEN a hook resumed after 100 training steps and 20 validation batches
     paths = paths_under(tmp_path)
     model, loss_fn = nn.Linear(2, 2), nn.CrossEntropyLoss()
-    hook = debugger.attach(model, loss_fn, hook_args(), paths)
-    debugger.resume_at(hook, 100)
+    hook = debugger.attach(model, loss_fn, hook_args(), paths, debugger.Position(100, 20))
 
-    # WHEN one step runs
+    # WHEN one training step and one validation batch run
     import torch
 
     loss_fn(model(torch.ones(1, 2)), torch.tensor([1])).backward()
+    debugger.eval_mode(hook)
+    with torch.no_grad():
+        loss_fn(model(torch.ones(1, 2)), torch.tensor([1]))
     debugger.close(hook)
 
-    # THEN its tensors are saved at step 100
-    assert create_trial(str(paths.tensors_dir)).steps() == [100]
+    # THEN they are global steps 120 and 121, training step 100 and validation step 20
+    trial = create_trial(str(paths.tensors_dir))
+    assert trial.steps() == [120, 121]
+    assert trial.steps(mode=modes.TRAIN) == [100]
+    assert trial.steps(mode=modes.EVAL) == [20]
+
+
+def test_a_restarted_hook_keeps_the_steps_before_its_start_and_saves_the_rest_again(tmp_path: Path) -> None:
+    # GIVEN the tensors of a closed run of 4 steps, and the claim file of one killed while it ran
+    paths = train_with_hook(tmp_path, Loop(steps=4, eval_every=100))
+    (paths.tensors_dir / debugger.CLAIM_FILE).touch()
+
+    # WHEN a run resumed after 2 steps attaches its hook in the same place and trains 2 steps
+    model, loss_fn = nn.Linear(2, 2), nn.CrossEntropyLoss()
+    hook = debugger.attach(model, loss_fn, hook_args(), paths, debugger.Position(2))
+    import torch
+
+    for _ in range(2):
+        loss_fn(model(torch.ones(1, 2)), torch.tensor([1])).backward()
+    debugger.close(hook)
+
+    # THEN steps 0 and 1 are the first run's and steps 2 and 3 this run's (its Linear's tensors)
+    trial = create_trial(str(paths.tensors_dir))
+    assert trial.steps() == [0, 1, 2, 3]
+    assert trial.tensor("gradient/Linear_weight").steps() == [2, 3]
+    assert trial.tensor("gradient/Sequential_0.weight").steps() == [0, 1]
 
 
 def test_a_zero_interval_is_refused_with_the_hyperparameter_name(tmp_path: Path) -> None:
