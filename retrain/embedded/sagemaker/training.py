@@ -40,7 +40,7 @@ from retrain.embedded.sagemaker.s3io import (
     tar_directory,
     upload_file,
 )
-from retrain.embedded.sagemaker.spot import SageMakerFaults, SpotSchedule
+from retrain.embedded.sagemaker.spot import NoFaults, SageMakerFaults, SpotSchedule
 from retrain_contract import container as contract
 
 if TYPE_CHECKING:
@@ -48,6 +48,8 @@ if TYPE_CHECKING:
 
 CHECKPOINT_PATTERN = re.compile(contract.CHECKPOINT_REGEX)
 POLL_SECONDS = 0.1
+# The image's code as the Dockerfile lays it out in /opt/ml/code (retrain_contract is installed with it).
+DEFAULT_CODE_DIR = Path(__file__).resolve().parents[3] / "training_image"
 HYPERPARAMETER_PREFIX_RESERVED = "sagemaker_"
 
 # Records are plain JSON dicts; an updater applies changes under the emulator's lock and persists.
@@ -60,18 +62,24 @@ Transition = Callable[[str, str], None]
 RoleSession = Callable[[str, str], tuple[Any, Any]]
 
 
-@dataclass
+@dataclass(frozen=True)
 class JobContext:
-    """What a running job needs from the emulator."""
+    """The environment every job runs in: the clients, the image's code, the spot and fault settings.
+
+    `grace_seconds` (SIGTERM to SIGKILL when a job is stopped) defaults to the spot schedule's."""
 
     s3: S3Client
-    logs: LogsClient | None
-    code_dir: Path
-    fsx_root: Callable[[str, str], Path] | None
-    spot: SpotSchedule
-    faults: SageMakerFaults
-    grace_seconds: float
+    logs: LogsClient | None = None
+    code_dir: Path = DEFAULT_CODE_DIR
+    fsx_root: Callable[[str, str], Path] | None = None
+    spot: SpotSchedule = field(default_factory=SpotSchedule)
+    faults: SageMakerFaults = field(default_factory=NoFaults)
+    grace_seconds: float | None = None
     role_session: RoleSession | None = None
+
+    @property
+    def stop_grace_seconds(self) -> float:
+        return self.spot.grace_seconds if self.grace_seconds is None else self.grace_seconds
 
     def as_role(self, role_arn: str, image: str) -> JobContext:
         """The context of a job that acts as its execution role: what it reads and writes in S3 and its
@@ -646,7 +654,7 @@ class TrainingRun:
         """SIGTERM, then SIGKILL after the grace period, as SageMaker stops a container."""
         _signal_group(process, signal.SIGTERM)
         try:
-            process.wait(timeout=self.ctx.grace_seconds)
+            process.wait(timeout=self.ctx.stop_grace_seconds)
         except subprocess.TimeoutExpired:
             _signal_group(process, signal.SIGKILL)
             process.wait()
