@@ -20,7 +20,7 @@ from PIL import Image
 
 from controller import names
 from controller.config import Config, get_config
-from retrain.embedded.sagemaker import SageMakerEmulator, api_installed
+from retrain.embedded.sagemaker import JobContext, SageMakerEmulator, api_installed
 from retrain.embedded.stepfunctions.integrations import installed
 from tests.integration.test_statemachine_branches import (
     FUNCTIONS,
@@ -117,7 +117,7 @@ def emulated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harnes
             "stateMachineArn"
         ]
         emulator = SageMakerEmulator(
-            tmp_path / "sagemaker", s3_client=aws.s3, code_dir=REPO / "training_image"
+            tmp_path / "sagemaker", JobContext(s3=aws.s3, code_dir=REPO / "training_image")
         )
         script = Script()
         harness = Harness(aws, Config(**config.__dict__), emulator, ScriptedFsx(aws.s3, script), script, arn)  # type: ignore[arg-type]
