@@ -246,21 +246,19 @@ class EmbeddedStack:
         job_events.start()
 
     def _sagemaker(self, s3: Any) -> Any:
-        from retrain.embedded.sagemaker import SageMakerEmulator
+        from retrain.embedded.sagemaker import JobContext, SageMakerEmulator, SpotSchedule
 
         assert self.fsx is not None
-        kwargs: dict[str, Any] = {
-            "s3_client": s3,
-            "logs_client": self.client("logs"),
-            "fsx_root": self.fsx.mount_path,
-            "faults": self.faults,
-            "code_dir": REPO_ROOT / "training_image",
-            "region": REGION,
-            "role_session": self._role_session,
-        }
-        if self.spot is not None:
-            kwargs["spot"] = self.spot
-        return SageMakerEmulator(self.state_dir / "sagemaker", **kwargs)
+        context = JobContext(
+            s3=s3,
+            logs=self.client("logs"),
+            fsx_root=self.fsx.mount_path,
+            faults=self.faults,
+            code_dir=REPO_ROOT / "training_image",
+            spot=self.spot if self.spot is not None else SpotSchedule(),
+            role_session=self._role_session,
+        )
+        return SageMakerEmulator(self.state_dir / "sagemaker", context, region=REGION)
 
     def _provision(self, s3: Any) -> None:
         assert self.fsx is not None and self.runtime is not None

@@ -22,7 +22,14 @@ from botocore.exceptions import ClientError
 from moto.server import ThreadedMotoServer
 from PIL import Image
 
-from retrain.embedded.sagemaker import INTERRUPTIONS_FIELD, SageMakerEmulator, SpotSchedule, api_installed
+from retrain.embedded.sagemaker import (
+    INTERRUPTIONS_FIELD,
+    JobContext,
+    SageMakerEmulator,
+    SchedulerSettings,
+    SpotSchedule,
+    api_installed,
+)
 from retrain_contract import container as contract
 from tests.unit.embedded.sagemaker.conftest import training_done
 
@@ -70,13 +77,15 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             s3.put_object(Bucket=BUCKET, Key=f"data/train/{label}/{index:03d}.jpg", Body=buffer.getvalue())
     emulator = SageMakerEmulator(
         tmp_path_factory.mktemp("sagemaker"),
-        s3_client=s3,
-        logs_client=logs,
-        spot=SpotSchedule(
-            interruptions=1, after_checkpoints=1, capacity_wait_seconds=0.5, job_pattern="spot-*"
+        JobContext(
+            s3=s3,
+            logs=logs,
+            spot=SpotSchedule(
+                interruptions=1, after_checkpoints=1, capacity_wait_seconds=0.5, job_pattern="spot-*"
+            ),
+            grace_seconds=60,
         ),
-        grace_seconds=60,
-        tuning_seed=0,
+        settings=SchedulerSettings(tuning_seed=0),
     )
     with api_installed(emulator):
         sagemaker = boto3.client("sagemaker", region_name="us-east-1", endpoint_url=endpoint)

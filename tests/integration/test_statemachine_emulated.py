@@ -21,7 +21,7 @@ from PIL import Image
 from controller import names
 from controller.config import Config, get_config
 from retrain.dev.template_model import default_environment
-from retrain.embedded.sagemaker import SageMakerEmulator, api_installed
+from retrain.embedded.sagemaker import JobContext, SageMakerEmulator, api_installed
 from retrain.embedded.stepfunctions.integrations import installed
 from tests.integration.test_statemachine_branches import (
     FUNCTIONS,
@@ -119,7 +119,7 @@ def emulated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harnes
             "stateMachineArn"
         ]
         emulator = SageMakerEmulator(
-            tmp_path / "sagemaker", s3_client=aws.s3, code_dir=REPO / "training_image"
+            tmp_path / "sagemaker", JobContext(s3=aws.s3, code_dir=REPO / "training_image")
         )
         script = Script()
         harness = Harness(aws, Config(**config.__dict__), emulator, ScriptedFsx(aws.s3, script), script, arn)  # type: ignore[arg-type]

@@ -295,57 +295,72 @@ def _translate(java: str) -> str:
     depth = 0  # character-class nesting
     index = 0
     while index < len(java):
-        char = java[index]
-        if char == "\\" and index + 1 < len(java):
-            escaped = java[index + 1]
-            if escaped in "pP":
-                if java[index + 2 : index + 3] == "{":
-                    close = java.index("}", index + 2)
-                    name, end = java[index + 3 : close], close + 1
-                else:
-                    name, end = java[index + 2 : index + 3], index + 3
-                body = _JAVA_CLASSES.get(name)
-                if body is None:
-                    out.append(java[index:end])
-                else:
-                    out.append(_class(body, negated=escaped == "P", inside=depth > 0))
-                index = end
-                continue
-            if escaped.lower() in _SHORTHANDS:
-                out.append(_class(_SHORTHANDS[escaped.lower()], negated=escaped.isupper(), inside=depth > 0))
-            elif escaped == "u" or java.startswith("x{", index + 1):
-                # Java's \x{h...h}, and \uD800\uDC00-style surrogate pairs (one code point in Java)
-                code, index = _code_point(java, index)
-                out.append(f"\\U{code:08X}")
-                continue
-            elif escaped == "Q":
-                close = java.find("\\E", index + 2)
-                literal = java[index + 2 :] if close < 0 else java[index + 2 : close]
-                out.append("".join(ch if ch.isalnum() else "\\" + ch for ch in literal))
-                index = len(java) if close < 0 else close + 2
-                continue
-            elif escaped == "z" and not depth:
-                out.append(r"\Z")
-            elif escaped == "Z" and not depth:
-                out.append(r"(?=(?:\r\n|[\n\r\x85\u2028\u2029])?\Z)")
-            else:
-                out.append(java[index : index + 2])
-            index += 2
-            continue
-        if depth:
-            if char == "[":
-                depth += 1
-            elif char == "]":
-                depth -= 1
-            elif char in "|~" or (char == "-" and out and out[-1] == "-"):
-                char = "\\" + char  # set operators in version 1, plain characters in Java
-        elif char == "[":
-            depth = 1
-        elif char == "." and not dotall:
-            char = _JAVA_DOT
-        out.append(char)
-        index += 1
+        if java[index] == "\\" and index + 1 < len(java):
+            text, index = _translate_escape(java, index, inside=depth > 0)
+        else:
+            previous = out[-1] if out else ""
+            text, depth = _translate_char(java[index], depth, previous=previous, dotall=dotall)
+            index += 1
+        out.append(text)
     return "".join(out)
+
+
+# Java's end anchors outside a character class: \z is the very end, \Z allows a final line terminator.
+_END_ANCHORS: Final[Mapping[str, str]] = {
+    "z": r"\Z",
+    "Z": r"(?=(?:\r\n|[\n\r\x85\u2028\u2029])?\Z)",
+}
+
+
+def _translate_escape(java: str, index: int, *, inside: bool) -> tuple[str, int]:
+    """The escape at ``index`` (a backslash and more) translated, and where it ends."""
+    escaped = java[index + 1]
+    if escaped in "pP":
+        return _translate_property(java, index, inside=inside)
+    if escaped.lower() in _SHORTHANDS:
+        return _class(_SHORTHANDS[escaped.lower()], negated=escaped.isupper(), inside=inside), index + 2
+    if escaped == "u" or java.startswith("x{", index + 1):
+        # Java's \x{h...h}, and \uD800\uDC00-style surrogate pairs (one code point in Java)
+        code, end = _code_point(java, index)
+        return f"\\U{code:08X}", end
+    if escaped == "Q":
+        return _translate_quoted(java, index)
+    if not inside and escaped in _END_ANCHORS:
+        return _END_ANCHORS[escaped], index + 2
+    return java[index : index + 2], index + 2
+
+
+def _translate_property(java: str, index: int, *, inside: bool) -> tuple[str, int]:
+    r"""``\p{Name}``/``\pL`` (``\P`` negated): Java's classes spelt out, others kept as they are."""
+    if java[index + 2 : index + 3] == "{":
+        close = java.index("}", index + 2)
+        name, end = java[index + 3 : close], close + 1
+    else:
+        name, end = java[index + 2 : index + 3], index + 3
+    body = _JAVA_CLASSES.get(name)
+    if body is None:
+        return java[index:end], end
+    return _class(body, negated=java[index + 1] == "P", inside=inside), end
+
+
+def _translate_quoted(java: str, index: int) -> tuple[str, int]:
+    r"""``\Q...\E`` (or to the end): every character but letters and digits escaped."""
+    close = java.find("\\E", index + 2)
+    literal = java[index + 2 :] if close < 0 else java[index + 2 : close]
+    text = "".join(ch if ch.isalnum() else "\\" + ch for ch in literal)
+    return text, len(java) if close < 0 else close + 2
+
+
+def _translate_char(char: str, depth: int, *, previous: str, dotall: bool) -> tuple[str, int]:
+    """One unescaped character translated, and the character-class nesting after it."""
+    if not depth:
+        if char == "." and not dotall:
+            return _JAVA_DOT, depth
+        return char, int(char == "[")
+    nesting = depth + {"[": 1, "]": -1}.get(char, 0)
+    if char in "|~" or (char == "-" and previous == "-"):
+        return "\\" + char, nesting  # set operators in version 1, plain characters in Java
+    return char, nesting
 
 
 # --- the walk ------------------------------------------------------------------------------------------

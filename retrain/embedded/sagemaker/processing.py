@@ -177,7 +177,7 @@ class ProcessingRun:
             time.sleep(POLL_SECONDS)
             if self.control.stop_requested.is_set() or time.time() - start > self.max_runtime:
                 stopped = self.control.stop_requested.is_set()
-                _terminate(process, self.ctx.grace_seconds)
+                _terminate(process, self.ctx.stop_grace_seconds)
                 if not stopped:
                     reader.join(timeout=30)
                     shipper.flush()

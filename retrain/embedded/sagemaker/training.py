@@ -40,7 +40,7 @@ from retrain.embedded.sagemaker.s3io import (
     tar_directory,
     upload_file,
 )
-from retrain.embedded.sagemaker.spot import SageMakerFaults, SpotSchedule
+from retrain.embedded.sagemaker.spot import NoFaults, SageMakerFaults, SpotSchedule
 from retrain_contract import container as contract
 
 if TYPE_CHECKING:
@@ -48,6 +48,8 @@ if TYPE_CHECKING:
 
 CHECKPOINT_PATTERN = re.compile(contract.CHECKPOINT_REGEX)
 POLL_SECONDS = 0.1
+# The image's code as the Dockerfile lays it out in /opt/ml/code (retrain_contract is installed with it).
+DEFAULT_CODE_DIR = Path(__file__).resolve().parents[3] / "training_image"
 HYPERPARAMETER_PREFIX_RESERVED = "sagemaker_"
 
 # Records are plain JSON dicts; an updater applies changes under the emulator's lock and persists.
@@ -60,18 +62,24 @@ Transition = Callable[[str, str], None]
 RoleSession = Callable[[str, str], tuple[Any, Any]]
 
 
-@dataclass
+@dataclass(frozen=True)
 class JobContext:
-    """What a running job needs from the emulator."""
+    """The environment every job runs in: the clients, the image's code, the spot and fault settings.
+
+    `grace_seconds` (SIGTERM to SIGKILL when a job is stopped) defaults to the spot schedule's."""
 
     s3: S3Client
-    logs: LogsClient | None
-    code_dir: Path
-    fsx_root: Callable[[str, str], Path] | None
-    spot: SpotSchedule
-    faults: SageMakerFaults
-    grace_seconds: float
+    logs: LogsClient | None = None
+    code_dir: Path = DEFAULT_CODE_DIR
+    fsx_root: Callable[[str, str], Path] | None = None
+    spot: SpotSchedule = field(default_factory=SpotSchedule)
+    faults: SageMakerFaults = field(default_factory=NoFaults)
+    grace_seconds: float | None = None
     role_session: RoleSession | None = None
+
+    @property
+    def stop_grace_seconds(self) -> float:
+        return self.spot.grace_seconds if self.grace_seconds is None else self.grace_seconds
 
     def as_role(self, role_arn: str, image: str) -> JobContext:
         """The context of a job that acts as its execution role: what it reads and writes in S3 and its
@@ -209,6 +217,17 @@ class JobFailedError(Exception):
 
 class JobStoppedError(Exception):
     """The job ends Stopped with this secondary status (Stopped, MaxRuntimeExceeded, MaxWaitTimeExceeded)."""
+
+
+@dataclass
+class _AttemptWatch:
+    """What the supervision of one attempt tracks: how it ended, if not on its own."""
+
+    start: float
+    restored: set[Path]
+    new_checkpoints: int = 0
+    stop: str | None = None
+    interrupt: str | None = None
 
 
 class TrainingRun:
@@ -480,24 +499,50 @@ class TrainingRun:
 
     def _attempt(self, attempt: int, resumed_step: int | None) -> str:
         """Runs the container once; 'done' when it exited on its own, 'interrupted' for a spot restart."""
+        program = self._program()
+        (self.tree["output"] / contract.FAILURE_FILE).unlink(missing_ok=True)
+        start = time.time()
+        shipper = self._open_log_stream(attempt, start)
+        if resumed_step is not None:
+            shipper.write(f"[retrain emulator] restored checkpoints from S3; newest step {resumed_step}")
+        process = self._launch(program)
+        self.process = process
+        reader = threading.Thread(target=self._read_output, args=(process, shipper), daemon=True)
+        reader.start()
+        watch = _AttemptWatch(start=start, restored=set(self._local_checkpoints()))
+        try:
+            self._supervise(process, watch, shipper)
+        finally:
+            if process.poll() is None:
+                self._terminate(process)
+            reader.join(timeout=30)
+            self.running_seconds += time.time() - start
+            shipper.flush()
+            self.process = None
+        return self._outcome(process, watch, attempt, shipper)
+
+    def _program(self) -> Path:
         program = self.ctx.code_dir / program_name(self.hyperparameters, self.request.get("Environment"))
         if not program.is_file():
             raise JobFailedError(
                 f"AlgorithmError: the training image has no program {program.name} in {self.ctx.code_dir}"
             )
-        (self.tree["output"] / contract.FAILURE_FILE).unlink(missing_ok=True)
-        start = time.time()
+        return program
+
+    def _open_log_stream(self, attempt: int, start: float) -> LogShipper:
+        """This attempt's log stream (recorded on the job) and its local log file."""
         stream = log_stream_name(self.name, contract.DEFAULT_HOST, start)
         if stream in self.log_streams:
             stream = f"{stream}-{attempt}"
         self.log_streams.append(stream)
         self.update({"LogStreams": self.log_streams})
-        shipper = LogShipper(
+        return LogShipper(
             self.ctx.logs, TRAINING_LOG_GROUP, stream, self.job_dir / "logs" / f"attempt-{attempt}.log"
         )
-        if resumed_step is not None:
-            shipper.write(f"[retrain emulator] restored checkpoints from S3; newest step {resumed_step}")
-        process = subprocess.Popen(
+
+    def _launch(self, program: Path) -> subprocess.Popen[str]:
+        """The container: the program in script mode, in a process group of its own."""
+        return subprocess.Popen(
             [sys.executable, "-u", str(program), *script_args(self.hyperparameters)],
             cwd=self.ctx.code_dir,
             env=self._environment(),
@@ -507,55 +552,63 @@ class TrainingRun:
             bufsize=1,
             start_new_session=True,
         )
-        self.process = process
-        reader = threading.Thread(target=self._read_output, args=(process, shipper), daemon=True)
-        reader.start()
-        new_checkpoints = 0
-        interrupt: str | None = None
-        stop: str | None = None
-        restored = set(self._local_checkpoints())
-        try:
-            while process.poll() is None:
-                time.sleep(POLL_SECONDS)
-                elapsed = time.time() - start
-                if self.kill_on_checkpoint:
-                    written = [p for p in self._local_checkpoints() if p not in restored]
-                    if written:
-                        self.kill_on_checkpoint = False
-                        interrupt = self._kill_during_write(process, written[-1], shipper)
-                        break
-                if self.checkpoint_sync is not None:
-                    for path in self.checkpoint_sync.stable_new_files():
-                        self.checkpoint_sync.upload(path)
-                        new_checkpoints += int(CHECKPOINT_PATTERN.search(path.as_posix()) is not None)
-                if self.control.stop_requested.is_set():
-                    stop = self.control.stop_reason
-                elif self.running_seconds + elapsed > self.max_runtime:
-                    stop = "MaxRuntimeExceeded"
-                elif time.time() - self.started > self.max_wait:
-                    stop = "MaxWaitTimeExceeded"
-                elif self.interruptions_left > 0 and self._spot_due(new_checkpoints, elapsed):
-                    interrupt = "spot"
-                if stop is not None:
-                    self.transition("Stopping", f"Stopping the training job ({stop})")
-                    self._terminate(process)
-                    break
-                if interrupt is not None:
-                    self._terminate(process)
-                    break
-        finally:
-            if process.poll() is None:
+
+    def _supervise(self, process: subprocess.Popen[str], watch: _AttemptWatch, shipper: LogShipper) -> None:
+        """Polls the running container: syncs checkpoints, and ends it on a stop, a time limit, a spot
+        interruption or an injected fault (recorded in `watch`)."""
+        while process.poll() is None:
+            time.sleep(POLL_SECONDS)
+            elapsed = time.time() - watch.start
+            if self.kill_on_checkpoint and self._tear_checkpoint_write(process, watch, shipper):
+                return
+            self._sync_checkpoints(watch)
+            watch.stop = self._stop_due(elapsed)
+            if watch.stop is not None:
+                self.transition("Stopping", f"Stopping the training job ({watch.stop})")
                 self._terminate(process)
-            reader.join(timeout=30)
-            self.running_seconds += time.time() - start
-            shipper.flush()
-            self.process = None
-        if stop is not None:
-            raise JobStoppedError(stop)
-        if interrupt is not None:
+                return
+            if self.interruptions_left > 0 and self._spot_due(watch.new_checkpoints, elapsed):
+                watch.interrupt = "spot"
+                self._terminate(process)
+                return
+
+    def _tear_checkpoint_write(
+        self, process: subprocess.Popen[str], watch: _AttemptWatch, shipper: LogShipper
+    ) -> bool:
+        """The injected fault, once the job wrote its first new checkpoint; True when it struck."""
+        written = [p for p in self._local_checkpoints() if p not in watch.restored]
+        if not written:
+            return False
+        self.kill_on_checkpoint = False
+        watch.interrupt = self._kill_during_write(process, written[-1], shipper)
+        return True
+
+    def _sync_checkpoints(self, watch: _AttemptWatch) -> None:
+        if self.checkpoint_sync is None:
+            return
+        for path in self.checkpoint_sync.stable_new_files():
+            self.checkpoint_sync.upload(path)
+            watch.new_checkpoints += int(CHECKPOINT_PATTERN.search(path.as_posix()) is not None)
+
+    def _stop_due(self, elapsed: float) -> str | None:
+        """The secondary status the job stops with now (a StopTrainingJob, a time limit), if any."""
+        if self.control.stop_requested.is_set():
+            return self.control.stop_reason
+        if self.running_seconds + elapsed > self.max_runtime:
+            return "MaxRuntimeExceeded"
+        if time.time() - self.started > self.max_wait:
+            return "MaxWaitTimeExceeded"
+        return None
+
+    def _outcome(
+        self, process: subprocess.Popen[str], watch: _AttemptWatch, attempt: int, shipper: LogShipper
+    ) -> str:
+        if watch.stop is not None:
+            raise JobStoppedError(watch.stop)
+        if watch.interrupt is not None:
             if self.checkpoint_sync is not None:
                 self.checkpoint_sync.final()
-            self._record_interruption(attempt, interrupt, shipper)
+            self._record_interruption(attempt, watch.interrupt, shipper)
             return "interrupted"
         if process.returncode != 0:
             raise JobFailedError(self._failure_reason(process.returncode))
@@ -601,7 +654,7 @@ class TrainingRun:
         """SIGTERM, then SIGKILL after the grace period, as SageMaker stops a container."""
         _signal_group(process, signal.SIGTERM)
         try:
-            process.wait(timeout=self.ctx.grace_seconds)
+            process.wait(timeout=self.ctx.stop_grace_seconds)
         except subprocess.TimeoutExpired:
             _signal_group(process, signal.SIGKILL)
             process.wait()

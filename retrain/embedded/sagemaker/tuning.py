@@ -176,15 +176,26 @@ def check_tuning_request(request: Mapping[str, Any], *, known_tuning_jobs: Mappi
             f"HyperParameterTuningJobConfig.Strategy {strategy!r} is not supported; use one of {STRATEGIES}",
             OPERATION,
         )
+    definition = request.get("TrainingJobDefinition") or {}
+    _check_objective(config, definition)
+    specs = parse_ranges(config.get("ParameterRanges") or {}, definition.get("StaticHyperParameters") or {})
+    if strategy == "Grid" and any(s.kind != "Categorical" for s in specs):
+        raise validation("The Grid strategy supports categorical parameter ranges only", OPERATION)
+    _check_limits(config, strategy)
+    warm = request.get("WarmStartConfig")
+    if warm:
+        _check_warm_start(warm, specs, known_tuning_jobs)
+
+
+def _check_objective(config: Mapping[str, Any], definition: Mapping[str, Any]) -> None:
+    """The objective must name one of the definition's metrics, whose regexes must compile."""
     objective = config.get("HyperParameterTuningJobObjective") or {}
     if objective.get("Type") not in ("Maximize", "Minimize") or not objective.get("MetricName"):
         raise validation(
             "HyperParameterTuningJobObjective needs Type (Maximize|Minimize) and MetricName", OPERATION
         )
-    definition = request.get("TrainingJobDefinition") or {}
-    metric_names = [
-        m.get("Name") for m in (definition.get("AlgorithmSpecification") or {}).get("MetricDefinitions") or []
-    ]
+    metric_definitions = (definition.get("AlgorithmSpecification") or {}).get("MetricDefinitions") or []
+    metric_names = [m.get("Name") for m in metric_definitions]
     if objective["MetricName"] not in metric_names:
         raise validation(
             f"The objective metric {objective['MetricName']!r} is not among the training job definition's "
@@ -192,14 +203,12 @@ def check_tuning_request(request: Mapping[str, Any], *, known_tuning_jobs: Mappi
             OPERATION,
         )
     try:
-        compile_metric_definitions(
-            (definition.get("AlgorithmSpecification") or {}).get("MetricDefinitions") or [], OPERATION
-        )
+        compile_metric_definitions(metric_definitions, OPERATION)
     except ValueError as exc:
         raise validation(str(exc), OPERATION) from exc
-    specs = parse_ranges(config.get("ParameterRanges") or {}, definition.get("StaticHyperParameters") or {})
-    if strategy == "Grid" and any(s.kind != "Categorical" for s in specs):
-        raise validation("The Grid strategy supports categorical parameter ranges only", OPERATION)
+
+
+def _check_limits(config: Mapping[str, Any], strategy: str) -> None:
     limits = config.get("ResourceLimits") or {}
     if strategy != "Grid" and not limits.get("MaxNumberOfTrainingJobs"):
         raise validation("ResourceLimits.MaxNumberOfTrainingJobs is required for this strategy", OPERATION)
@@ -207,33 +216,40 @@ def check_tuning_request(request: Mapping[str, Any], *, known_tuning_jobs: Mappi
         raise validation("ResourceLimits.MaxParallelTrainingJobs must be at least 1", OPERATION)
     if config.get("TrainingJobEarlyStoppingType", "Off") not in ("Off", "Auto"):
         raise validation("TrainingJobEarlyStoppingType must be Off or Auto", OPERATION)
-    warm = request.get("WarmStartConfig")
-    if warm:
-        if warm.get("WarmStartType") not in WARM_START_TYPES:
-            raise validation(f"WarmStartConfig.WarmStartType must be one of {WARM_START_TYPES}", OPERATION)
-        parents = warm.get("ParentHyperParameterTuningJobs") or []
-        if not 1 <= len(parents) <= MAX_PARENTS:
-            raise validation(f"WarmStartConfig needs 1 to {MAX_PARENTS} parent tuning jobs", OPERATION)
-        for parent in parents:
-            name = parent.get("HyperParameterTuningJobName")
-            record = known_tuning_jobs.get(name)
-            if record is None:
-                raise validation(f"Parent tuning job {name!r} does not exist", OPERATION)
-            if record["HyperParameterTuningJobStatus"] not in ("Completed", "Stopped"):
-                raise validation(
-                    f"Parent tuning job {name!r} is {record['HyperParameterTuningJobStatus']}; warm start "
-                    "needs parents that are Completed or Stopped",
-                    OPERATION,
-                )
-            if warm["WarmStartType"] == "IdenticalDataAndAlgorithm":
-                parent_config = record["request"]["HyperParameterTuningJobConfig"]
-                parent_specs = parse_ranges(parent_config.get("ParameterRanges") or {}, {})
-                if {s.name for s in parent_specs} != {s.name for s in specs}:
-                    raise validation(
-                        f"IdenticalDataAndAlgorithm warm start needs the same tunable hyperparameters as "
-                        f"parent {name!r}: {sorted(s.name for s in parent_specs)}",
-                        OPERATION,
-                    )
+
+
+def _check_warm_start(
+    warm: Mapping[str, Any], specs: list[ParameterSpec], known_tuning_jobs: Mapping[str, Any]
+) -> None:
+    if warm.get("WarmStartType") not in WARM_START_TYPES:
+        raise validation(f"WarmStartConfig.WarmStartType must be one of {WARM_START_TYPES}", OPERATION)
+    parents = warm.get("ParentHyperParameterTuningJobs") or []
+    if not 1 <= len(parents) <= MAX_PARENTS:
+        raise validation(f"WarmStartConfig needs 1 to {MAX_PARENTS} parent tuning jobs", OPERATION)
+    for parent in parents:
+        name = parent.get("HyperParameterTuningJobName")
+        record = known_tuning_jobs.get(name)
+        if record is None:
+            raise validation(f"Parent tuning job {name!r} does not exist", OPERATION)
+        if record["HyperParameterTuningJobStatus"] not in ("Completed", "Stopped"):
+            raise validation(
+                f"Parent tuning job {name!r} is {record['HyperParameterTuningJobStatus']}; warm start "
+                "needs parents that are Completed or Stopped",
+                OPERATION,
+            )
+        if warm["WarmStartType"] == "IdenticalDataAndAlgorithm":
+            _check_same_tuned_names(name, record, specs)
+
+
+def _check_same_tuned_names(parent: str, record: Mapping[str, Any], specs: list[ParameterSpec]) -> None:
+    parent_config = record["request"]["HyperParameterTuningJobConfig"]
+    parent_specs = parse_ranges(parent_config.get("ParameterRanges") or {}, {})
+    if {s.name for s in parent_specs} != {s.name for s in specs}:
+        raise validation(
+            f"IdenticalDataAndAlgorithm warm start needs the same tunable hyperparameters as "
+            f"parent {parent!r}: {sorted(s.name for s in parent_specs)}",
+            OPERATION,
+        )
 
 
 @dataclass

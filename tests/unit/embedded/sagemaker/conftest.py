@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from retrain.embedded.sagemaker import SageMakerEmulator
+from retrain.embedded.sagemaker import JobContext, SageMakerEmulator, SchedulerSettings
 
 BUCKET = "retrain-emulator-tests"
 ROLE = "arn:aws:iam::123456789012:role/retrain-training"
@@ -48,11 +49,12 @@ def make_emulator(
     def make(**kwargs: Any) -> SageMakerEmulator:
         kwargs.setdefault("code_dir", code_dir)
         kwargs.setdefault("grace_seconds", 3.0)
+        workdir = kwargs.pop("workdir", tmp_path / "sagemaker")
+        settings = {f.name: kwargs.pop(f.name) for f in fields(SchedulerSettings) if f.name in kwargs}
         emulator = SageMakerEmulator(
-            kwargs.pop("workdir", tmp_path / "sagemaker"),
-            s3_client=aws["s3"],
-            logs_client=aws["logs"],
-            **kwargs,
+            workdir,
+            JobContext(s3=aws["s3"], logs=aws["logs"], **kwargs),
+            settings=SchedulerSettings(**settings),
         )
         made.append(emulator)
         return emulator
