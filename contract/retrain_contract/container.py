@@ -153,6 +153,7 @@ HP_KEEP_CHECKPOINTS = "keep-checkpoints"
 HP_SEED = "seed"
 HP_NUM_WORKERS = "num-workers"
 HP_FREEZE_BACKBONE_EPOCHS = "freeze-backbone-epochs"
+HP_BACKBONE_LR_FACTOR = "backbone-lr-factor"
 HP_AMP = "amp"
 HP_VAL_FRACTION = "val-fraction"
 HP_DEBUG_HOOK = "debug-hook"
@@ -179,6 +180,13 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
     Hyperparameter(HP_NUM_WORKERS, int, 2, "loader worker processes (torch) or threads (dali)", minimum=0),
     Hyperparameter(
         HP_FREEZE_BACKBONE_EPOCHS, int, 0, "epochs that train only the classifier head", minimum=0
+    ),
+    Hyperparameter(
+        HP_BACKBONE_LR_FACTOR,
+        float,
+        1.0,
+        "backbone learning rate as a share of lr (fine-tuning: < 1)",
+        minimum=0,
     ),
     Hyperparameter(HP_AMP, bool, True, "mixed precision (GPU only)"),
     Hyperparameter(HP_VAL_FRACTION, float, 0.2, "share of images hashed into validation"),

@@ -189,3 +189,51 @@ def test_no_validation_images_fails_before_training(tmp_path: Path) -> None:
     result = run("train.py", tmp_path, ["--val-fraction", "0", "--debug-hook", "false"])
     assert result.returncode == 1
     assert "no validation images" in (tmp_path / "output" / contract.FAILURE_FILE).read_text()
+
+
+def _champion_archive(model_dir: Path, into: Path) -> Path:
+    """The model dir as SageMaker packs it: model.tar.gz (a data set's champion)."""
+    into.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(into / "model.tar.gz", "w:gz") as tar:
+        for path in sorted(model_dir.iterdir()):
+            tar.add(path, arcname=path.name)
+    return into
+
+
+def test_a_run_with_a_new_label_fine_tunes_from_the_champion(trained, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # GIVEN the trained job's model.tar.gz as the pretrained channel, and data with a fourth label
+    base, _, result = trained
+    assert result.returncode == 0, result.stderr[-3000:]
+    champion = torch.load(base / "model" / contract.MODEL_FILE, weights_only=True)
+    job = tmp_path / "job"
+    train = job / "input" / "data" / "train"
+    write_images(train)
+    (train / "yellow").mkdir()
+    for i in range(12):
+        Image.new("RGB", (32, 40), (230, 230, 20 + i)).save(train / "yellow" / f"{i:02d}.jpg")
+    _champion_archive(base / "model", job / "input" / "data" / "pretrained")
+    # WHEN the next run starts from it with the backbone frozen for its only epoch
+    args = {**HYPERPARAMETERS, "pretrained": "model.tar.gz", "epochs": "1", "freeze-backbone-epochs": "1"}
+    finished = run("train.py", job, as_args(args))
+    # THEN it trains four labels, the backbone is the champion's, and the old classes kept their rows
+    # in the head (they trained on, so they moved from the champion's only a little)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    artifact = torch.load(job / "model" / contract.MODEL_FILE, weights_only=True)
+    assert artifact["labels"] == ["blue", "green", "red", "yellow"]
+    state, old = artifact["state_dict"], champion["state_dict"]
+    assert torch.equal(state["layer1.0.conv1.weight"], old["layer1.0.conv1.weight"])
+    kept = torch.nn.functional.cosine_similarity(state["fc.weight"][:3], old["fc.weight"], dim=1)
+    assert bool((kept > 0.9).all()), kept
+
+
+def test_weights_of_another_architecture_fail_the_job_naming_both(trained, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    base, _, result = trained
+    assert result.returncode == 0, result.stderr[-3000:]
+    job = tmp_path / "job"
+    write_images(job / "input" / "data" / "train")
+    _champion_archive(base / "model", job / "input" / "data" / "pretrained")
+    args = {**HYPERPARAMETERS, "model": "resnet34", "pretrained": "model.tar.gz", "epochs": "1"}
+    finished = run("train.py", job, as_args(args))
+    assert finished.returncode != 0
+    failure = (job / "output" / contract.FAILURE_FILE).read_text()
+    assert "are a resnet18 and this job trains a resnet34" in failure

@@ -28,7 +28,7 @@ else:
 
 log = logging.getLogger(__name__)
 DEBUG_HOOK_CONFIG_FILE = "debughookconfig.json"  # written by SageMaker from DebugHookConfig
-MANAGED_OUT_DIR = "/opt/ml/output/tensors"  # smdebug's out_dir when DebugHookConfig names no LocalPath
+MANAGED_OUT_DIR = contract.DEBUG_HOOK_LOCAL_PATH  # smdebug's out_dir when DebugHookConfig names no LocalPath
 # What smdebug leaves in its out_dir besides the tensors: the end-of-training marker (written when a
 # hook closes, at exit too, unless TRAINING_JOB_NAME is set) makes a new hook refuse the directory;
 # the claim file (removed when a hook closes) makes a new hook silently write nothing.

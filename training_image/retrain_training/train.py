@@ -57,12 +57,23 @@ def configure_determinism(seed: int, device: torch.device) -> None:
         torch.use_deterministic_algorithms(True)
 
 
+def parameter_groups(args: argparse.Namespace, model: nn.Module) -> Any:
+    """All parameters at lr, or with backbone-lr-factor != 1 the backbone at lr x factor (fine-tuning)."""
+    if args.backbone_lr_factor == 1.0:
+        return model.parameters()
+    head = models.head_prefix(engine.unwrap(model))
+    named = list(engine.unwrap(model).named_parameters())
+    return [
+        {"params": [p for n, p in named if n.startswith(head)]},
+        {"params": [p for n, p in named if not n.startswith(head)], "lr": args.lr * args.backbone_lr_factor},
+    ]
+
+
 def build_optimizer(args: argparse.Namespace, model: nn.Module) -> torch.optim.Optimizer:
+    groups = parameter_groups(args, model)
     if args.optimizer == "adamw":
-        return torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
-    return torch.optim.SGD(
-        model.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay
-    )
+        return torch.optim.AdamW(groups, lr=args.lr, weight_decay=args.weight_decay)
+    return torch.optim.SGD(groups, lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
 
 
 def build_optimization(
@@ -235,17 +246,21 @@ def load_data(args: argparse.Namespace, paths: contract.Paths) -> data.DataSet:
 
 
 def build_model(
-    args: argparse.Namespace, paths: contract.Paths, num_labels: int, device: torch.device
+    args: argparse.Namespace, paths: contract.Paths, labels: list[str], device: torch.device
 ) -> nn.Module:
-    """The architecture with a `num_labels` head, from the pretrained channel's weights when named."""
-    model = models.build_model(args.model, num_labels)
+    """The architecture with a head for `labels`, from the pretrained channel's weights when named (a
+    champion's head keeps the rows of the labels it knows). A resumed job then loads its checkpoint over
+    these, so a spot restart continues from the checkpoint, not from the pretrained weights."""
+    model = models.build_model(args.model, len(labels))
     if args.pretrained:
         pretrained_dir = paths.channel(contract.CHANNEL_PRETRAINED)
         if pretrained_dir is None:
             raise models.ModelError(
                 f"pretrained={args.pretrained} but the job has no '{contract.CHANNEL_PRETRAINED}' channel"
             )
-        models.load_pretrained(model, models.read_state_dict(pretrained_dir / args.pretrained))
+        start = models.read_start_weights(pretrained_dir / args.pretrained)
+        models.check_start_arch(start, args.model)
+        models.load_pretrained(model, start.state, labels=labels, start_labels=start.labels)
     return model.to(device)
 
 
@@ -301,7 +316,7 @@ def set_up(args: argparse.Namespace, paths: contract.Paths, context: distributed
     initial weights."""
     configure_determinism(args.seed, context.device)
     dataset = load_data(args, paths)
-    model = build_model(args, paths, len(dataset.labels), context.device)
+    model = build_model(args, paths, dataset.labels, context.device)
     kind = loaders.resolve_kind(args.loader, context.device)
     train_loader, val_loader = build_loaders(args, dataset, context, kind)
     optimization = build_optimization(args, model, steps_per_epoch=len(train_loader))
