@@ -92,7 +92,8 @@ class ProcessingRun:
         try:
             self._as_execution_role()
             self._prepare()
-            exit_message = self._execute(start)
+            with self.ctx.processing_slots:  # waits for a core, as a job waits for its instance
+                exit_message = self._execute(time.time())
             self._upload_outputs()
         except JobFailedError as exc:
             status, reason = "Failed", str(exc)

@@ -76,6 +76,12 @@ class JobContext:
     faults: SageMakerFaults = field(default_factory=NoFaults)
     grace_seconds: float | None = None
     role_session: RoleSession | None = None
+    # Processing jobs (evaluations, checkpoint evaluations, rule checks) at once: one per core. On
+    # SageMaker each has its own instance; here they share this machine's cores with the training jobs,
+    # and more processes than cores only make each slower.
+    processing_slots: threading.BoundedSemaphore = field(
+        default_factory=lambda: threading.BoundedSemaphore(os.cpu_count() or 1)
+    )
 
     @property
     def stop_grace_seconds(self) -> float:

@@ -6,6 +6,7 @@ import io
 import json
 import re
 import tarfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -175,6 +176,27 @@ def test_processing_job_runs_the_image_script_on_its_inputs_and_uploads_outputs(
     assert json.loads(body)["files"] == ["cat/0.png", "cat/1.png", "dog/0.png", "dog/1.png"]
     streams = aws["logs"].describe_log_streams(logGroupName="/aws/sagemaker/ProcessingJobs")["logStreams"]
     assert re.fullmatch(r"eval-ok/algo-1-\d{10}", streams[0]["logStreamName"])
+
+
+def test_processing_jobs_wait_for_a_free_core(
+    aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator]
+) -> None:
+    # GIVEN a machine with one slot for processing jobs, and two evaluations started together
+    put_images(aws["s3"], "data/train")
+    emulator = make_emulator(processing_slots=threading.BoundedSemaphore(1))
+    for name in ("eval-a", "eval-b"):
+        emulator.create_processing_job(**processing_request(name, "--sleep", "1.5"))
+    # WHEN both have run
+    jobs = [_wait_processing(emulator, name) for name in ("eval-a", "eval-b")]
+    # THEN both completed, one after the other
+    assert [j["ProcessingJobStatus"] for j in jobs] == ["Completed", "Completed"]
+    (a0, a1), (b0, b1) = (
+        json.loads(
+            aws["s3"].get_object(Bucket=BUCKET, Key=f"evaluations/{n}/evaluation.json")["Body"].read()
+        )["ran"]
+        for n in ("eval-a", "eval-b")
+    )
+    assert a1 <= b0 or b1 <= a0
 
 
 def test_failing_processing_job_reports_its_failure_reason(
