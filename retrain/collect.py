@@ -19,7 +19,7 @@ from urllib.parse import urlparse
 import botocore.exceptions
 
 from controller import ledger, names, runs
-from retrain import job_logs
+from retrain import job_logs, timing
 from retrain.deployment import Deployment
 from retrain.errors import RunNotFoundError
 from retrain.report.facts import (
@@ -280,6 +280,8 @@ def collect(
     if facts.status not in runs.FINAL_STATUSES and facts.execution_arn:
         ended_without_record(deployment, facts)
     facts.accepted, facts.rejected = uploads(ledger_rows(deployment, facts.dataset), upload_keys)
+    if facts.execution_arn:
+        facts.phases = timing.run_phases(deployment.client("stepfunctions"), facts.execution_arn)
     if facts.tuning_job:
         facts.trials = tuning_trials(sagemaker, facts.tuning_job)
         tuning = sagemaker.describe_hyper_parameter_tuning_job(HyperParameterTuningJobName=facts.tuning_job)

@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 
 from controller import names, notes
+from retrain import timing
 from retrain.pricing import PRICE_DATE, PRICE_REGION, PRICE_SOURCE, job_cost, spot_savings_pct
 from retrain.report import charts
 from retrain.report.facts import RunFacts
@@ -299,6 +300,13 @@ def _utilisation(facts: RunFacts, out_dir: Path) -> list[str]:
     return lines
 
 
+def _time(facts: RunFacts) -> list[str]:
+    """The execution's phases from Step Functions' history (retrain.timing)."""
+    if not facts.phases:
+        return []
+    return ["## Where the time went", "", *timing.markdown(facts.phases), ""]
+
+
 def write_report(facts: RunFacts, out_dir: Path) -> Path:
     """`report.md` in `out_dir`, its sections in reading order, with the PNGs it shows beside it."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -311,6 +319,7 @@ def write_report(facts: RunFacts, out_dir: Path) -> Path:
         *_evaluation(facts, out_dir),
         *_rules(facts),
         *_costs(facts),
+        *_time(facts),
         *_utilisation(facts, out_dir),
     ]
     path = out_dir / REPORT_FILE

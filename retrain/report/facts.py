@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from retrain.job_logs import MetricPoint
+from retrain.timing import Phase
 
 
 @dataclass(frozen=True)
@@ -73,9 +74,9 @@ class RunFacts:
     class_balance: dict[str, Any] = field(default_factory=dict)  # the manifest's policy
     class_counts: dict[str, dict[str, int]] = field(default_factory=dict)  # per label, before/after
     excluded_labels: dict[str, str] = field(default_factory=dict)  # label -> why it was set aside
-    started_from: dict[str, str] = field(
-        default_factory=dict
-    )  # the run's lineage: kind, uri, package, reason
+    # the run's lineage (kind, uri, package, reason) and where the execution's time went
+    started_from: dict[str, str] = field(default_factory=dict)
+    phases: list[Phase] = field(default_factory=list)
     unreadable: list[Rejected] = field(default_factory=list)  # accepted, yet training could not decode
     tuning_job: str = ""
     trials: list[Trial] = field(default_factory=list)
