@@ -42,16 +42,15 @@ from retrain.embedded.gatekeeper.iam.actions import LOG_DELIVERY_ACTIONS, Access
 from retrain.embedded.gatekeeper.iam.evaluator import PolicyEvaluator
 from retrain.embedded.gatekeeper.iam.principals import Principals
 from retrain.embedded.provisioning.external import (
-    ExternalCreator,
+    ExternalCreators,
     create_external,
     deterministic_names,
     moto_supported_types,
 )
-from retrain.embedded.provisioning.parameters import check_parameters, check_rules
+from retrain.embedded.provisioning.parameters import check_parameters, check_rules, stack_parameters
 from retrain.embedded.provisioning.sam import (
     DEPLOY_BUCKET,
     ProvisioningError,
-    embedded_parameters,
     load_template,
     package,
     translate,
@@ -260,7 +259,16 @@ class EmbeddedStack:
     def _provision(self, s3: Any) -> None:
         assert self.fsx is not None and self.runtime is not None
         template = load_template(self.template)
-        parameters = self._parameters(template)
+        try:
+            parameters = stack_parameters(
+                template,
+                self.parameter_overrides,
+                fault_overrides=self.faults.parameter_overrides(),
+                template_name=self.template.name,
+                region=REGION,
+            )
+        except ProvisioningError as error:
+            raise EmbeddedStackError(str(error)) from None
         try:
             check_parameters(template, parameters)
             check_rules(template, parameters, region=REGION, stack_name=self.stack_name)
@@ -268,14 +276,10 @@ class EmbeddedStack:
             raise EmbeddedStackError(f"stack {self.stack_name} refused at creation: {error}") from None
         packaged, code_dirs = package(template, self.template.parent, s3)
         self.translated = translate(packaged, parameters, REGION)
-        creators: dict[str, ExternalCreator] = {
-            "AWS::FSx::FileSystem": self._create_file_system,
-            "AWS::SageMaker::ModelPackageGroup": self._create_model_package_group,
-            "AWS::FSx::DataRepositoryAssociation": self._create_data_repository_association,
-        }
+        creators = ExternalCreators(self.fsx, self.sagemaker, stack_name=self.stack_name)
         body, external = create_external(
             self.translated,
-            creators,
+            creators.by_type(),
             moto_supported_types(),
             stack_name=self.stack_name,
             parameters=parameters,
@@ -327,79 +331,6 @@ class EmbeddedStack:
         missing = unwired(body, self.wiring)
         if missing:
             raise EmbeddedStackError(f"the embedded runtime did not wire: {', '.join(missing)}")
-
-    def _parameters(self, template: dict[str, Any]) -> dict[str, str]:
-        declared = template.get("Parameters", {})
-        unknown = sorted(set(self.parameter_overrides) - set(declared))
-        if unknown:
-            raise EmbeddedStackError(
-                f"parameter override(s) {unknown} are not parameters of {self.template.name}; "
-                f"it declares {sorted(declared)}"
-            )
-        values = {k: str(v["Default"]) for k, v in declared.items() if "Default" in v}
-        # Parameters without a Default (the image, the VPC): values AWS would accept; the emulation runs
-        # training_image/ itself and needs no network.
-        values.update(
-            {k: v for k, v in embedded_parameters(REGION).items() if k in declared and k not in values}
-        )
-        values.update(self.faults.parameter_overrides())
-        values.update({k: str(v) for k, v in self.parameter_overrides.items()})
-        return values
-
-    def _create_file_system(self, logical_id: str, props: dict[str, Any]) -> tuple[str, dict[str, str]]:
-        assert self.fsx is not None
-        existing = [
-            fs
-            for fs in self.fsx.describe_file_systems()["FileSystems"]
-            if {"Key": "retrain:logical-id", "Value": logical_id} in fs.get("Tags", [])
-        ]
-        if existing:
-            fs = existing[0]
-        else:
-            request = {
-                k: v
-                for k, v in props.items()
-                if k
-                in ("FileSystemType", "StorageCapacity", "StorageType", "SubnetIds", "LustreConfiguration")
-            }
-            request["Tags"] = [*props.get("Tags", []), {"Key": "retrain:logical-id", "Value": logical_id}]
-            fs = self.fsx.create_file_system(**request)["FileSystem"]
-        return fs["FileSystemId"], {
-            "LustreMountName": fs["LustreConfiguration"]["MountName"],
-            "DNSName": fs["DNSName"],
-            "ResourceARN": fs["ResourceARN"],
-        }
-
-    def _create_data_repository_association(
-        self, logical_id: str, props: dict[str, Any]
-    ) -> tuple[str, dict[str, str]]:
-        assert self.fsx is not None
-        fs_id = props["FileSystemId"]
-        fs_path = "/" + str(props.get("FileSystemPath", "/")).strip("/")
-        fs = self.fsx.describe_file_systems(FileSystemIds=[fs_id])["FileSystems"][0]
-        for existing in fs.get("DataRepositoryAssociations", []):
-            if existing["FileSystemPath"] == fs_path:
-                return str(existing["AssociationId"]), {"AssociationId": str(existing["AssociationId"])}
-        created = self.fsx.create_data_repository_association(**props)["Association"]
-        return str(created["AssociationId"]), {
-            "AssociationId": str(created["AssociationId"]),
-            "ResourceARN": str(created["ResourceARN"]),
-        }
-
-    def _create_model_package_group(
-        self, logical_id: str, props: dict[str, Any]
-    ) -> tuple[str, dict[str, str]]:
-        name = props.get("ModelPackageGroupName", f"{self.stack_name}-{logical_id}")
-        try:
-            arn = self.sagemaker.create_model_package_group(
-                ModelPackageGroupName=name,
-                ModelPackageGroupDescription=props.get("ModelPackageGroupDescription", ""),
-            )["ModelPackageGroupArn"]
-        except Exception:
-            arn = self.sagemaker.describe_model_package_group(ModelPackageGroupName=name)[
-                "ModelPackageGroupArn"
-            ]
-        return str(arn), {"ModelPackageGroupArn": str(arn)}
 
     def _check_state_machine_logging(self, body: dict[str, Any], physical: dict[str, str]) -> None:
         """CreateStateMachine refuses a Logging configuration its role cannot deliver logs with."""
