@@ -47,6 +47,7 @@ from retrain.embedded.provisioning.external import (
     deterministic_names,
     moto_supported_types,
 )
+from retrain.embedded.provisioning.moto_backends import detach_moto_sqs_delivery, register_state_machines
 from retrain.embedded.provisioning.parameters import check_parameters, check_rules, stack_parameters
 from retrain.embedded.provisioning.sam import (
     DEPLOY_BUCKET,
@@ -309,14 +310,14 @@ class EmbeddedStack:
         LOG.debug("stack resources: %s", resources)
         self.gatekeeper.principals.load_stack_roles(body, physical, account=ACCOUNT_ID, region=REGION)
         self._check_state_machine_logging(body, physical)
-        self._register_state_machines(
+        register_state_machines(
             [
                 physical[k]
                 for k, r in body["Resources"].items()
                 if r["Type"] == "AWS::StepFunctions::StateMachine" and k in physical
             ]
         )
-        self._detach_moto_sqs_delivery()
+        detach_moto_sqs_delivery()
         self.wiring = wire(
             body,
             code_dirs,
@@ -358,27 +359,6 @@ class EmbeddedStack:
                     f"stack {self.stack_name}: CREATE_FAILED {logical_id}: InvalidLoggingConfiguration: "
                     f"the state machine's role cannot deliver its logs ({refused.message})"
                 ) from None
-
-    @staticmethod
-    def _register_state_machines(arns: list[str]) -> None:
-        """moto's CloudFormation creates state machines in the plain backend; executions run in the
-        interpreter's backend. Register each there under the same name (so the same ARN)."""
-        from moto.stepfunctions.models import stepfunctions_backends
-        from moto.stepfunctions.parser.models import stepfunctions_parser_backends
-
-        for arn in arns:
-            plain = stepfunctions_backends[ACCOUNT_ID][REGION].describe_state_machine(arn)
-            stepfunctions_parser_backends[ACCOUNT_ID][REGION].create_state_machine(
-                name=plain.name, definition=plain.definition, roleArn=plain.roleArn
-            )
-
-    @staticmethod
-    def _detach_moto_sqs_delivery() -> None:
-        """moto delivers SQS messages to mapped functions inline at SendMessage; the pollers do it instead."""
-        from moto.sqs.models import sqs_backends
-
-        for queue in sqs_backends[ACCOUNT_ID][REGION].queues.values():
-            queue.lambda_event_source_mappings.clear()
 
     def _start_event_sources(self) -> None:
         assert self.wiring is not None and self.runtime is not None
