@@ -1,5 +1,6 @@
 """The CLI's door to the embedded stack (`retrain.embedded.stack`): a foreground stack for one demo or
-one command, or the background one that `retrain local up` started. Only this module imports it."""
+one command, or the background one that `retrain local up` started (`retrain.embedded.background`).
+Only this module imports them."""
 
 from __future__ import annotations
 
@@ -29,9 +30,9 @@ def local_session() -> boto3.session.Session:
     )
 
 
-def _stack_module() -> Any:
+def _stack_module(name: str = "stack") -> Any:
     try:
-        return importlib.import_module("retrain.embedded.stack")
+        return importlib.import_module(f"retrain.embedded.{name}")
     except ModuleNotFoundError as error:
         raise EmbeddedRuntimeError(
             f"the embedded AWS runtime is not installed ({error}): reinstall retrain with `make setup`, "
@@ -100,7 +101,7 @@ def _stop_quietly(stack: Any, state_dir: Path, *, save: bool) -> bool:
 
 def background(state_dir: Path = DEFAULT_STATE_DIR) -> Deployment | None:
     """The background stack `retrain local up` started, or None when none is running."""
-    module = _stack_module()
+    module = _stack_module("background")
     found = module.running(state_dir)
     if found is None:
         return None
@@ -114,13 +115,13 @@ def has_state(state_dir: Path = DEFAULT_STATE_DIR) -> bool:
 
 def up(state_dir: Path = DEFAULT_STATE_DIR, **options: Any) -> str:
     """Start the background stack; its endpoint URL."""
-    module = _stack_module()
-    with _guidance(module):
+    module = _stack_module("background")
+    with _guidance(_stack_module()):
         return str(module.up(state_dir=state_dir, **options))
 
 
 def down(state_dir: Path = DEFAULT_STATE_DIR) -> bool:
     """Stop the background stack; False when none was running."""
-    module = _stack_module()
-    with _guidance(module):
+    module = _stack_module("background")
+    with _guidance(_stack_module()):
         return bool(module.down(state_dir=state_dir))

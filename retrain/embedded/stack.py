@@ -6,24 +6,20 @@ IAM policies, :mod:`retrain.embedded.gatekeeper.iam`), installs the integrations
 template as a CloudFormation stack (its parameters and Rules checked first), wires the Lambda runtime,
 the SQS pollers and the scheduler (each signing as its function's role), and restores the data saved by
 the previous stop. ``stop()`` saves the data again (``snapshot``), so runs, reports and warm starts outlive
-the process. ``up()``/``down()`` run the same stack as a background process for ``retrain local up|down``.
+the process. :mod:`retrain.embedded.background` runs the same stack as a background process for
+``retrain local up|down``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import faulthandler
 import json
 import logging
 import os
 import re
-import signal
 import socket
-import subprocess
-import sys
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
@@ -46,16 +42,16 @@ from retrain.embedded.gatekeeper.iam.actions import LOG_DELIVERY_ACTIONS, Access
 from retrain.embedded.gatekeeper.iam.evaluator import PolicyEvaluator
 from retrain.embedded.gatekeeper.iam.principals import Principals
 from retrain.embedded.provisioning.external import (
-    ExternalCreator,
+    ExternalCreators,
     create_external,
     deterministic_names,
     moto_supported_types,
 )
-from retrain.embedded.provisioning.parameters import check_parameters, check_rules
+from retrain.embedded.provisioning.moto_backends import detach_moto_sqs_delivery, register_state_machines
+from retrain.embedded.provisioning.parameters import check_parameters, check_rules, stack_parameters
 from retrain.embedded.provisioning.sam import (
     DEPLOY_BUCKET,
     ProvisioningError,
-    embedded_parameters,
     load_template,
     package,
     translate,
@@ -68,7 +64,6 @@ LOG = logging.getLogger(__name__)
 REPO_ROOT: Final = Path(__file__).resolve().parents[2]
 DEFAULT_STATE_DIR: Final = Path(".retrain")
 DEFAULT_STACK_NAME: Final = "retrain"
-SERVER_FILE: Final = "server.json"
 LOCAL_KEY: Final = "retrain-local"
 _ECR_IMAGE: Final = re.compile(
     r"^(?P<registry>[0-9]{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?/(?P<repository>[^:@]+)"
@@ -263,7 +258,16 @@ class EmbeddedStack:
     def _provision(self, s3: Any) -> None:
         assert self.fsx is not None and self.runtime is not None
         template = load_template(self.template)
-        parameters = self._parameters(template)
+        try:
+            parameters = stack_parameters(
+                template,
+                self.parameter_overrides,
+                fault_overrides=self.faults.parameter_overrides(),
+                template_name=self.template.name,
+                region=REGION,
+            )
+        except ProvisioningError as error:
+            raise EmbeddedStackError(str(error)) from None
         try:
             check_parameters(template, parameters)
             check_rules(template, parameters, region=REGION, stack_name=self.stack_name)
@@ -271,14 +275,10 @@ class EmbeddedStack:
             raise EmbeddedStackError(f"stack {self.stack_name} refused at creation: {error}") from None
         packaged, code_dirs = package(template, self.template.parent, s3)
         self.translated = translate(packaged, parameters, REGION)
-        creators: dict[str, ExternalCreator] = {
-            "AWS::FSx::FileSystem": self._create_file_system,
-            "AWS::SageMaker::ModelPackageGroup": self._create_model_package_group,
-            "AWS::FSx::DataRepositoryAssociation": self._create_data_repository_association,
-        }
+        creators = ExternalCreators(self.fsx, self.sagemaker, stack_name=self.stack_name)
         body, external = create_external(
             self.translated,
-            creators,
+            creators.by_type(),
             moto_supported_types(),
             stack_name=self.stack_name,
             parameters=parameters,
@@ -308,14 +308,14 @@ class EmbeddedStack:
         LOG.debug("stack resources: %s", resources)
         self.gatekeeper.principals.load_stack_roles(body, physical, account=ACCOUNT_ID, region=REGION)
         self._check_state_machine_logging(body, physical)
-        self._register_state_machines(
+        register_state_machines(
             [
                 physical[k]
                 for k, r in body["Resources"].items()
                 if r["Type"] == "AWS::StepFunctions::StateMachine" and k in physical
             ]
         )
-        self._detach_moto_sqs_delivery()
+        detach_moto_sqs_delivery()
         self.wiring = wire(
             body,
             code_dirs,
@@ -330,79 +330,6 @@ class EmbeddedStack:
         missing = unwired(body, self.wiring)
         if missing:
             raise EmbeddedStackError(f"the embedded runtime did not wire: {', '.join(missing)}")
-
-    def _parameters(self, template: dict[str, Any]) -> dict[str, str]:
-        declared = template.get("Parameters", {})
-        unknown = sorted(set(self.parameter_overrides) - set(declared))
-        if unknown:
-            raise EmbeddedStackError(
-                f"parameter override(s) {unknown} are not parameters of {self.template.name}; "
-                f"it declares {sorted(declared)}"
-            )
-        values = {k: str(v["Default"]) for k, v in declared.items() if "Default" in v}
-        # Parameters without a Default (the image, the VPC): values AWS would accept; the emulation runs
-        # training_image/ itself and needs no network.
-        values.update(
-            {k: v for k, v in embedded_parameters(REGION).items() if k in declared and k not in values}
-        )
-        values.update(self.faults.parameter_overrides())
-        values.update({k: str(v) for k, v in self.parameter_overrides.items()})
-        return values
-
-    def _create_file_system(self, logical_id: str, props: dict[str, Any]) -> tuple[str, dict[str, str]]:
-        assert self.fsx is not None
-        existing = [
-            fs
-            for fs in self.fsx.describe_file_systems()["FileSystems"]
-            if {"Key": "retrain:logical-id", "Value": logical_id} in fs.get("Tags", [])
-        ]
-        if existing:
-            fs = existing[0]
-        else:
-            request = {
-                k: v
-                for k, v in props.items()
-                if k
-                in ("FileSystemType", "StorageCapacity", "StorageType", "SubnetIds", "LustreConfiguration")
-            }
-            request["Tags"] = [*props.get("Tags", []), {"Key": "retrain:logical-id", "Value": logical_id}]
-            fs = self.fsx.create_file_system(**request)["FileSystem"]
-        return fs["FileSystemId"], {
-            "LustreMountName": fs["LustreConfiguration"]["MountName"],
-            "DNSName": fs["DNSName"],
-            "ResourceARN": fs["ResourceARN"],
-        }
-
-    def _create_data_repository_association(
-        self, logical_id: str, props: dict[str, Any]
-    ) -> tuple[str, dict[str, str]]:
-        assert self.fsx is not None
-        fs_id = props["FileSystemId"]
-        fs_path = "/" + str(props.get("FileSystemPath", "/")).strip("/")
-        fs = self.fsx.describe_file_systems(FileSystemIds=[fs_id])["FileSystems"][0]
-        for existing in fs.get("DataRepositoryAssociations", []):
-            if existing["FileSystemPath"] == fs_path:
-                return str(existing["AssociationId"]), {"AssociationId": str(existing["AssociationId"])}
-        created = self.fsx.create_data_repository_association(**props)["Association"]
-        return str(created["AssociationId"]), {
-            "AssociationId": str(created["AssociationId"]),
-            "ResourceARN": str(created["ResourceARN"]),
-        }
-
-    def _create_model_package_group(
-        self, logical_id: str, props: dict[str, Any]
-    ) -> tuple[str, dict[str, str]]:
-        name = props.get("ModelPackageGroupName", f"{self.stack_name}-{logical_id}")
-        try:
-            arn = self.sagemaker.create_model_package_group(
-                ModelPackageGroupName=name,
-                ModelPackageGroupDescription=props.get("ModelPackageGroupDescription", ""),
-            )["ModelPackageGroupArn"]
-        except Exception:
-            arn = self.sagemaker.describe_model_package_group(ModelPackageGroupName=name)[
-                "ModelPackageGroupArn"
-            ]
-        return str(arn), {"ModelPackageGroupArn": str(arn)}
 
     def _check_state_machine_logging(self, body: dict[str, Any], physical: dict[str, str]) -> None:
         """CreateStateMachine refuses a Logging configuration its role cannot deliver logs with."""
@@ -430,27 +357,6 @@ class EmbeddedStack:
                     f"stack {self.stack_name}: CREATE_FAILED {logical_id}: InvalidLoggingConfiguration: "
                     f"the state machine's role cannot deliver its logs ({refused.message})"
                 ) from None
-
-    @staticmethod
-    def _register_state_machines(arns: list[str]) -> None:
-        """moto's CloudFormation creates state machines in the plain backend; executions run in the
-        interpreter's backend. Register each there under the same name (so the same ARN)."""
-        from moto.stepfunctions.models import stepfunctions_backends
-        from moto.stepfunctions.parser.models import stepfunctions_parser_backends
-
-        for arn in arns:
-            plain = stepfunctions_backends[ACCOUNT_ID][REGION].describe_state_machine(arn)
-            stepfunctions_parser_backends[ACCOUNT_ID][REGION].create_state_machine(
-                name=plain.name, definition=plain.definition, roleArn=plain.roleArn
-            )
-
-    @staticmethod
-    def _detach_moto_sqs_delivery() -> None:
-        """moto delivers SQS messages to mapped functions inline at SendMessage; the pollers do it instead."""
-        from moto.sqs.models import sqs_backends
-
-        for queue in sqs_backends[ACCOUNT_ID][REGION].queues.values():
-            queue.lambda_event_source_mappings.clear()
 
     def _start_event_sources(self) -> None:
         assert self.wiring is not None and self.runtime is not None
@@ -548,144 +454,3 @@ class EmbeddedStack:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
-
-
-# -- background: `retrain local up|down`
-
-
-def _server_file(state_dir: Path) -> Path:
-    return Path(state_dir) / SERVER_FILE
-
-
-def _alive(pid: int) -> bool:
-    with contextlib.suppress(ChildProcessError):  # our own child (up() then down() in one process): reap it
-        if os.waitpid(pid, os.WNOHANG)[0] == pid:
-            return False
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    return True
-
-
-def running(state_dir: Path = DEFAULT_STATE_DIR) -> tuple[str, str] | None:
-    """(endpoint URL, stack name) of the background stack, or None when none runs."""
-    path = _server_file(state_dir)
-    if not path.exists():
-        return None
-    info = json.loads(path.read_text(encoding="utf-8"))
-    if not _alive(int(info["pid"])):
-        path.unlink(missing_ok=True)
-        return None
-    return str(info["endpoint"]), str(info["stack_name"])
-
-
-def up(state_dir: Path = DEFAULT_STATE_DIR, *, timeout: float = 120.0, **options: Any) -> str:
-    """Start the stack in a background process; its endpoint URL once it serves."""
-    found = running(state_dir)
-    if found is not None:
-        return found[0]
-    state_dir = Path(state_dir).resolve()
-    state_dir.mkdir(parents=True, exist_ok=True)
-    unknown = sorted(set(options) - {"parameter_overrides", "template", "stack_name", "faults"})
-    if unknown:
-        raise EmbeddedStackError(
-            f"up() takes parameter_overrides, template, stack_name, faults; not {unknown}"
-        )
-    command = [sys.executable, "-m", "retrain.embedded.stack", "--state-dir", str(state_dir)]
-    if options.get("parameter_overrides"):
-        command += ["--parameters", json.dumps(options["parameter_overrides"])]
-    if options.get("template"):
-        command += ["--template", str(Path(options["template"]).resolve())]
-    if options.get("stack_name"):
-        command += ["--stack-name", str(options["stack_name"])]
-    if options.get("faults") is not None:
-        options["faults"].save(state_dir / "faults.json")
-    log = open(state_dir / "server.log", "a", encoding="utf-8")  # noqa: SIM115 - handed to the child
-    process = subprocess.Popen(command, stdout=log, stderr=log, cwd=str(REPO_ROOT), start_new_session=True)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = running(state_dir)
-        if found is not None:
-            return found[0]
-        if process.poll() is not None:
-            raise EmbeddedStackError(f"the embedded stack exited at start; see {state_dir / 'server.log'}")
-        time.sleep(0.2)
-    process.terminate()
-    raise EmbeddedStackError(
-        f"the embedded stack did not start in {timeout:.0f} s; see {state_dir / 'server.log'}"
-    )
-
-
-def down(state_dir: Path = DEFAULT_STATE_DIR, *, timeout: float = 120.0) -> bool:
-    """Stop the background stack (it saves its data first); False when none was running."""
-    path = _server_file(state_dir)
-    if running(state_dir) is None:
-        return False
-    pid = int(json.loads(path.read_text(encoding="utf-8"))["pid"])
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if _alive(pid):
-        raise EmbeddedStackError(f"the embedded stack (pid {pid}) did not stop in {timeout:.0f} s")
-    path.unlink(missing_ok=True)
-    return True
-
-
-@contextlib.contextmanager
-def _terminate_on_signal() -> Iterator[None]:
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def main(argv: list[str] | None = None) -> None:
-    """``python -m retrain.embedded.stack``: serve the stack until SIGTERM/SIGINT (what ``up`` starts)."""
-    import argparse
-
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
-    parser.add_argument("--parameters", default="{}", help="template parameter overrides as JSON")
-    parser.add_argument("--template", type=Path, default=REPO_ROOT / "template.yaml")
-    parser.add_argument("--stack-name", default=DEFAULT_STACK_NAME)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` prints every thread's stack to server.log
-    faults = Faults.load(args.state_dir / "faults.json")
-    stack = EmbeddedStack(
-        args.state_dir,
-        parameter_overrides=json.loads(args.parameters),
-        faults=faults,
-        template=args.template,
-        stack_name=args.stack_name,
-    )
-    with _terminate_on_signal():
-        try:
-            endpoint = stack.start()
-            _server_file(args.state_dir).write_text(
-                json.dumps({"pid": os.getpid(), "endpoint": endpoint, "stack_name": stack.stack_name}),
-                encoding="utf-8",
-            )
-            while True:
-                time.sleep(1.0)
-        except KeyboardInterrupt:
-            pass
-        finally:
-            stack.stop()
-            _server_file(args.state_dir).unlink(missing_ok=True)
-    # Everything is saved and stopped; skip the interpreter's teardown of moto's large object graph,
-    # which can take minutes on a busy machine while `down` waits.
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
-
-
-if __name__ == "__main__":
-    main()

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from retrain.embedded.account import REGION
-from retrain.embedded.stepfunctions.integrations import TaskFailed
+from retrain.embedded.stepfunctions.errors import TaskFailed
 
 LOG = logging.getLogger(__name__)
 REPO_ROOT: Final = Path(__file__).resolve().parents[3]

@@ -14,7 +14,7 @@ import logging
 import threading
 from typing import Any, Final
 
-from retrain.embedded.stepfunctions.integrations import to_sfn_json
+from retrain.embedded.stepfunctions.calls import to_sfn_json
 
 LOG = logging.getLogger(__name__)
 SOURCE: Final = "aws.sagemaker"

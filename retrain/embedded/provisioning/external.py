@@ -8,12 +8,15 @@ import copy
 import hashlib
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from retrain.embedded.account import ACCOUNT_ID
 from retrain.embedded.provisioning.intrinsics import Intrinsics, substitute
 from retrain.embedded.provisioning.parameters import parameter_values
 from retrain.embedded.provisioning.sam import ProvisioningError
+
+if TYPE_CHECKING:
+    from retrain.embedded.fsx.emulator import FsxEmulator
 
 # Created by moto's CloudFormation without a runtime of their own here: alarms and dashboards change no
 # behaviour the emulation runs; the IAM roles' policies are enforced by retrain.embedded.gatekeeper.iam
@@ -40,6 +43,76 @@ INERT_TYPES: Final = frozenset(
 
 # One creator per resource type moto's CloudFormation lacks: (logical id, properties) -> (Ref, {attr: v}).
 ExternalCreator = Callable[[str, dict[str, Any]], tuple[str, dict[str, str]]]
+
+
+class ExternalCreators:
+    """The creators of the template's resources moto's CloudFormation lacks, each made in its embedded
+    service: FSx file systems and data repository associations, SageMaker model package groups. A
+    resource found already (the state of an earlier run) is taken as it is."""
+
+    def __init__(self, fsx: FsxEmulator, sagemaker: Any, *, stack_name: str) -> None:
+        self._fsx = fsx
+        self._sagemaker = sagemaker
+        self._stack_name = stack_name
+
+    def by_type(self) -> dict[str, ExternalCreator]:
+        """The creators for :func:`create_external`, by resource type."""
+        return {
+            "AWS::FSx::FileSystem": self.file_system,
+            "AWS::SageMaker::ModelPackageGroup": self.model_package_group,
+            "AWS::FSx::DataRepositoryAssociation": self.data_repository_association,
+        }
+
+    def file_system(self, logical_id: str, props: dict[str, Any]) -> tuple[str, dict[str, str]]:
+        existing = [
+            fs
+            for fs in self._fsx.describe_file_systems()["FileSystems"]
+            if {"Key": "retrain:logical-id", "Value": logical_id} in fs.get("Tags", [])
+        ]
+        if existing:
+            fs = existing[0]
+        else:
+            request = {
+                k: v
+                for k, v in props.items()
+                if k
+                in ("FileSystemType", "StorageCapacity", "StorageType", "SubnetIds", "LustreConfiguration")
+            }
+            request["Tags"] = [*props.get("Tags", []), {"Key": "retrain:logical-id", "Value": logical_id}]
+            fs = self._fsx.create_file_system(**request)["FileSystem"]
+        return fs["FileSystemId"], {
+            "LustreMountName": fs["LustreConfiguration"]["MountName"],
+            "DNSName": fs["DNSName"],
+            "ResourceARN": fs["ResourceARN"],
+        }
+
+    def data_repository_association(
+        self, logical_id: str, props: dict[str, Any]
+    ) -> tuple[str, dict[str, str]]:
+        fs_id = props["FileSystemId"]
+        fs_path = "/" + str(props.get("FileSystemPath", "/")).strip("/")
+        fs = self._fsx.describe_file_systems(FileSystemIds=[fs_id])["FileSystems"][0]
+        for existing in fs.get("DataRepositoryAssociations", []):
+            if existing["FileSystemPath"] == fs_path:
+                return str(existing["AssociationId"]), {"AssociationId": str(existing["AssociationId"])}
+        created = self._fsx.create_data_repository_association(**props)["Association"]
+        return str(created["AssociationId"]), {
+            "AssociationId": str(created["AssociationId"]),
+            "ResourceARN": str(created["ResourceARN"]),
+        }
+
+    def model_package_group(self, logical_id: str, props: dict[str, Any]) -> tuple[str, dict[str, str]]:
+        name = props.get("ModelPackageGroupName", f"{self._stack_name}-{logical_id}")
+        try:
+            arn = self._sagemaker.create_model_package_group(
+                ModelPackageGroupName=name,
+                ModelPackageGroupDescription=props.get("ModelPackageGroupDescription", ""),
+            )["ModelPackageGroupArn"]
+        except Exception:
+            arn = self._sagemaker.describe_model_package_group(ModelPackageGroupName=name)[
+                "ModelPackageGroupArn"
+            ]
+        return str(arn), {"ModelPackageGroupArn": str(arn)}
 
 
 def create_external(

@@ -1,4 +1,5 @@
-"""The template's parameters and Rules, checked as CloudFormation checks them before it creates anything."""
+"""The template's parameters: the values the embedded stack gives them, and their constraints and Rules,
+checked as CloudFormation checks them before it creates anything."""
 
 from __future__ import annotations
 
@@ -7,7 +8,33 @@ from typing import Any
 
 from retrain.embedded.account import ACCOUNT_ID
 from retrain.embedded.provisioning.intrinsics import Intrinsics
-from retrain.embedded.provisioning.sam import ProvisioningError
+from retrain.embedded.provisioning.sam import ProvisioningError, embedded_parameters
+
+
+def stack_parameters(
+    template: dict[str, Any],
+    overrides: dict[str, str],
+    *,
+    fault_overrides: dict[str, str],
+    template_name: str,
+    region: str,
+) -> dict[str, str]:
+    """The stack's parameter values: the template's Defaults, embedded values for those without one,
+    then the faults' and the caller's overrides (an override of no declared parameter is refused)."""
+    declared = template.get("Parameters", {})
+    unknown = sorted(set(overrides) - set(declared))
+    if unknown:
+        raise ProvisioningError(
+            f"parameter override(s) {unknown} are not parameters of {template_name}; "
+            f"it declares {sorted(declared)}"
+        )
+    values = {k: str(v["Default"]) for k, v in declared.items() if "Default" in v}
+    # Parameters without a Default (the image, the VPC): values AWS would accept; the emulation runs
+    # training_image/ itself and needs no network.
+    values.update({k: v for k, v in embedded_parameters(region).items() if k in declared and k not in values})
+    values.update(fault_overrides)
+    values.update({k: str(v) for k, v in overrides.items()})
+    return values
 
 
 def check_parameters(template: dict[str, Any], parameters: dict[str, str]) -> None:

@@ -35,28 +35,36 @@ def outputs_of(stack: EmbeddedStack) -> dict[str, str]:
     return {o["OutputKey"]: o["OutputValue"] for o in described["Outputs"]}
 
 
+@dataclass(frozen=True)
+class Uploads:
+    """What a run uploads: digits [start, start + count) written to `images`, or `files` (<label>/<file>
+    -> bytes, of which `count` are good images)."""
+
+    images: Path
+    count: int = IMAGES
+    start: int = 0
+    files: dict[str, bytes] | None = None
+
+
 @contextmanager
 def run_to_the_end(
     state_dir: Path,
-    images: Path,
+    uploads: Uploads,
     faults: Faults,
     *,
-    count: int = IMAGES,
-    start: int = 0,
     overrides: dict[str, str] | None = None,
     keep_state: bool = False,
-    uploads: dict[str, bytes] | None = None,
     before_upload: Callable[[EmbeddedStack, dict[str, str]], None] | None = None,
 ) -> Iterator[Finished]:
-    """Upload digits [start, start + count) (or `uploads`: <label>/<file> -> bytes, of which `count`
-    are good images), wait for a run the state directory did not hold before to end; the stack stops
+    """Upload `uploads`, wait for a run the state directory did not hold before to end; the stack stops
     when the block ends, whatever happened. When the block passes, the state directory (gigabytes of job
     trees, checkpoints and snapshots) is removed unless `keep_state`; a failed test keeps it for its
     post-mortem."""
-    if uploads is None:
-        files = demo_data.write_digits(images, limit=count, start=start).files
-        uploads = {f"{p.parent.name}/{p.name}": p.read_bytes() for p in files}
-        count = len(files)
+    count, files = uploads.count, uploads.files
+    if files is None:
+        written = demo_data.write_digits(uploads.images, limit=uploads.count, start=uploads.start).files
+        files = {f"{p.parent.name}/{p.name}": p.read_bytes() for p in written}
+        count = len(written)
     # A few hundred images for a few epochs train a weak model: the quality bar is the gate's own tests'
     # subject, here the path through the gate to the registry is.
     parameters = {**DEMO_PARAMETERS, "MinNewImages": str(count), "MinAccuracy": "0.0"}
@@ -71,7 +79,7 @@ def run_to_the_end(
         if before_upload is not None:
             before_upload(stack, outputs)
         started = time.monotonic()
-        for relative, body in uploads.items():  # the only calls: the rest is the stack's own event path
+        for relative, body in files.items():  # the only calls: the rest is the stack's own event path
             label, filename = relative.split("/")
             key = names.upload_key(DATASET, label, filename)
             s3.put_object(Bucket=outputs[names.STACK_OUTPUTS["data_bucket"]], Key=key, Body=body)

@@ -7,7 +7,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from retrain.embedded import stack
+from retrain.embedded import background
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -15,9 +15,9 @@ FIXTURE = Path(__file__).resolve().parent / "stack_fixture" / "template.yaml"
 
 
 def test_up_serves_the_stack_until_down_saves_its_data_and_stops_it(tmp_path: Path) -> None:
-    endpoint = stack.up(tmp_path, template=FIXTURE, stack_name="fixture")
+    endpoint = background.up(tmp_path, template=FIXTURE, stack_name="fixture")
     try:
-        assert stack.running(tmp_path) == (endpoint, "fixture")
+        assert background.running(tmp_path) == (endpoint, "fixture")
         cfn = boto3.client(
             "cloudformation",
             endpoint_url=endpoint,
@@ -26,12 +26,12 @@ def test_up_serves_the_stack_until_down_saves_its_data_and_stops_it(tmp_path: Pa
             aws_secret_access_key="k",
         )
         status = cfn.describe_stacks(StackName="fixture")["Stacks"][0]["StackStatus"]
-        assert stack.up(tmp_path) == endpoint  # a second up finds the running one
+        assert background.up(tmp_path) == endpoint  # a second up finds the running one
     finally:
-        stopped = stack.down(tmp_path)
+        stopped = background.down(tmp_path)
 
     assert status == "CREATE_COMPLETE"
     assert stopped is True
-    assert stack.running(tmp_path) is None
+    assert background.running(tmp_path) is None
     assert (tmp_path / "snapshot" / "dynamodb.json").exists()
-    assert stack.down(tmp_path) is False
+    assert background.down(tmp_path) is False

@@ -16,7 +16,7 @@ import pytest
 
 from controller import names, runs
 from retrain.embedded.faults import Faults
-from tests.integration.embedded.flow import DATASET, IMAGES, Finished, lock_holder, run_to_the_end
+from tests.integration.embedded.flow import DATASET, IMAGES, Finished, Uploads, lock_holder, run_to_the_end
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -31,7 +31,7 @@ def test_an_upload_alone_runs_the_whole_flow_and_a_later_run_warm_starts_after_a
 ) -> None:
     # One test, one stack at a time (a module-scoped stack could outlive its tests beside other stacks'
     # tests under xdist): the first three checks read the same finished run.
-    with run_to_the_end(tmp_path / "state", tmp_path / "images", Faults(), keep_state=True) as happy:
+    with run_to_the_end(tmp_path / "state", Uploads(tmp_path / "images"), Faults(), keep_state=True) as happy:
         _ends_registered_with_the_lock_released(happy)
         _tuning_ran_three_trials_two_at_a_time_each_resumed_after_a_spot_interruption(happy)
         _the_run_record_holds_every_field(happy)
@@ -40,7 +40,10 @@ def test_an_upload_alone_runs_the_whole_flow_and_a_later_run_warm_starts_after_a
 
     # A new stack process from the same state directory (a second `retrain demo`), more digits uploaded.
     with run_to_the_end(
-        tmp_path / "state", tmp_path / "more", Faults(), start=IMAGES, count=LATER_IMAGES, overrides=QUICK
+        tmp_path / "state",
+        Uploads(tmp_path / "more", start=IMAGES, count=LATER_IMAGES),
+        Faults(),
+        overrides=QUICK,
     ) as later:
         tuning = later.stack.client("sagemaker").describe_hyper_parameter_tuning_job(
             HyperParameterTuningJobName=later.record["tuning_job"]

@@ -22,7 +22,7 @@ from retrain.embedded.faults import Faults
 from retrain.embedded.stack import EmbeddedStack
 from retrain.report.build import write_report
 from retrain_contract import container
-from tests.integration.embedded.flow import DATASET, run_to_the_end
+from tests.integration.embedded.flow import DATASET, Uploads, run_to_the_end
 from tests.unit.functions import images
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -81,10 +81,8 @@ def test_bad_uploads_are_explained_and_a_skewed_set_trains_boosted(tmp_path: Pat
     good = len(uploads) - len(refused)
     with run_to_the_end(
         tmp_path / "state",
-        tmp_path / "unused",
+        Uploads(tmp_path / "unused", count=good, files=uploads),
         Faults(),
-        uploads=uploads,
-        count=good,
         overrides=PARAMETERS,
         before_upload=_subscribe,
     ) as run:

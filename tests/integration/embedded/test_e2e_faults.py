@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from retrain.embedded.faults import Faults
-from tests.integration.embedded.flow import lock_holder, run_to_the_end
+from tests.integration.embedded.flow import Uploads, lock_holder, run_to_the_end
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -36,7 +36,10 @@ def test_an_injected_fault_ends_in_the_state_machines_state_with_the_lock_releas
     tmp_path: Path, fault: str, status: str, error: str | None, found_by: set[str]
 ) -> None:
     with run_to_the_end(
-        tmp_path / "state", tmp_path / "images", Faults.parse([fault]), count=FAULT_IMAGES, overrides=QUICK
+        tmp_path / "state",
+        Uploads(tmp_path / "images", count=FAULT_IMAGES),
+        Faults.parse([fault]),
+        overrides=QUICK,
     ) as finished:
         assert finished.record["status"] == status, finished.record.get("failure")
         if error is not None:

@@ -17,12 +17,8 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from retrain.embedded.stepfunctions.integrations import (
-    SAGEMAKER_API_ERROR,
-    TASK_FAILED,
-    TaskFailed,
-    installed,
-)
+from retrain.embedded.stepfunctions.errors import SAGEMAKER_API_ERROR, TASK_FAILED, TaskFailed
+from retrain.embedded.stepfunctions.integrations import installed
 
 ROLE = "arn:aws:iam::123456789012:role/sfn"
 

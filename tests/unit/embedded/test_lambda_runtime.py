@@ -13,7 +13,7 @@ from retrain.embedded.awslambda.runtime import (
     FunctionSpec,
     LambdaRuntime,
 )
-from retrain.embedded.stepfunctions.integrations import TaskFailed
+from retrain.embedded.stepfunctions.errors import TaskFailed
 
 HANDLERS = """
 import os, time
