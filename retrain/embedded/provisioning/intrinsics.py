@@ -42,6 +42,11 @@ def substitute(node: Any, values: dict[str, str], attributes: dict[tuple[str, st
     return {key: substitute(value, values, attributes) for key, value in node.items()}
 
 
+def _no_value(value: Any, item: Any) -> bool:
+    """An intrinsic that resolved to nothing (AWS::NoValue)."""
+    return value is None and isinstance(item, dict) and len(item) == 1 and next(iter(item)) in _FUNCTIONS
+
+
 class Intrinsics:
     """Evaluates CloudFormation intrinsics to plain values, for the resources created outside moto."""
 
@@ -66,8 +71,12 @@ class Intrinsics:
         return self._evaluated[name]
 
     def resolve(self, node: Any) -> Any:
+        """`node` with its intrinsics resolved; an item or property that resolves to AWS::NoValue (an
+        intrinsic giving None, e.g. !If [cond, x, !Ref AWS::NoValue]) is left out, as CloudFormation does."""
         if isinstance(node, list):
-            return [self.resolve(item) for item in node]
+            return [
+                value for value, item in ((self.resolve(i), i) for i in node) if not _no_value(value, item)
+            ]
         if not isinstance(node, dict):
             return node
         if len(node) == 1:
@@ -75,7 +84,8 @@ class Intrinsics:
             function = _FUNCTIONS.get(key)
             if function is not None:
                 return function(self, arg)
-        return {key: self.resolve(value) for key, value in node.items()}
+        resolved = ((key, self.resolve(value), value) for key, value in node.items())
+        return {key: value for key, value, item in resolved if not _no_value(value, item)}
 
     def _ref(self, arg: Any) -> Any:
         if arg not in self.values:

@@ -46,3 +46,29 @@ def test_an_existing_file_system_without_its_mount_name_is_refused() -> None:
     load(
         parameters={"FileSystemId": "fs-0123456789abcdef0", "DataSource": "s3"}
     )  # no FSx: the rule does not apply
+
+
+def _sagemaker_statements(template) -> list[dict]:  # type: ignore[no-untyped-def, type-arg]
+    role = next(r for r in template.roles.values() if r.logical_id == "SageMakerExecutionRole")
+    return [s for policy in role.policies for s in policy.document["Statement"]]
+
+
+def test_the_sagemaker_role_reads_the_pretrained_weights_only_when_a_uri_is_given() -> None:
+    # GIVEN no PretrainedModelUri: no statement for it (the artifact bucket holds uploaded weights)
+    default = _sagemaker_statements(load())
+    assert not any("weights" in str(s.get("Resource")) for s in default)
+    # WHEN a URI is given THEN the role may read that one object
+    given = _sagemaker_statements(load(parameters={"PretrainedModelUri": "s3://weights/imagenet/r18.pth"}))
+    assert {
+        "Effect": "Allow",
+        "Action": "s3:GetObject",
+        "Resource": "arn:aws:s3:::weights/imagenet/r18.pth",
+    } in given
+    assert len(given) == len(default) + 1
+
+
+def test_a_pretrained_uri_that_is_not_one_s3_object_is_refused_with_the_constraint() -> None:
+    with pytest.raises(
+        ProvisioningError, match=r"Parameter 'PretrainedModelUri' failed to satisfy constraint"
+    ):
+        load(parameters={"PretrainedModelUri": "s3://weights/folder/"})

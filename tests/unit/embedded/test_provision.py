@@ -67,6 +67,19 @@ def test_intrinsics_resolve_conditions_selects_and_subs() -> None:
     assert intrinsics.resolve({"Fn::If": ["UseFsx", "yes", "no"]}) == "yes"
 
 
+def test_an_intrinsic_that_resolves_to_no_value_is_left_out() -> None:
+    # GIVEN a policy statement only when a parameter is set (!If [cond, statement, !Ref AWS::NoValue])
+    intrinsics = Intrinsics(
+        {"AWS::NoValue": None, "Uri": ""},
+        {},
+        conditions={"HasUri": {"Fn::Not": [{"Fn::Equals": [{"Ref": "Uri"}, ""]}]}},
+    )
+    statements = [{"Effect": "Allow"}, {"Fn::If": ["HasUri", {"Effect": "Deny"}, {"Ref": "AWS::NoValue"}]}]
+    # THEN the list and the object leave the item out, as CloudFormation does
+    assert intrinsics.resolve(statements) == [{"Effect": "Allow"}]
+    assert intrinsics.resolve({"A": 1, "B": {"Ref": "AWS::NoValue"}}) == {"A": 1}
+
+
 def _template(**resources: Any) -> dict[str, Any]:
     return {
         "Conditions": {"Never": {"Fn::Equals": ["a", "b"]}},
