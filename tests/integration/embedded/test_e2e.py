@@ -3,19 +3,26 @@
 The project's own template.yaml, state machine, Lambda handlers and training_image/ run on the embedded
 stack: ingest -> dispatch -> FSx import -> tuning (3 trials, 2 in parallel, each interrupted once on
 spot and resumed from its checkpoint) -> rule check -> evaluation (also of checkpoints) -> gate ->
-registry -> notification. Then the stack stops, a new one starts from the same state directory, and a
-second upload's run warm-starts its tuning from the first run's tuning job. The injected faults are
-test_e2e_faults.py's subject.
+registry -> notification. The first run starts from the stack's PretrainedModelUri (its trials read the
+weights as the pretrained channel, and resume from their checkpoints after the interruption). Then the
+stack stops, a new one starts from the same state directory, and a second upload, with a new label,
+starts a run that fine-tunes from the first run's model (the champion) and warm-starts its tuning from the
+first run's tuning job. The injected faults are test_e2e_faults.py's subject.
 """
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
+import torch
+from PIL import Image
 
 from controller import names, runs
+from retrain import demo_data
 from retrain.embedded.faults import Faults
+from retrain_training import models
 from tests.integration.embedded.flow import DATASET, IMAGES, Finished, Uploads, lock_holder, run_to_the_end
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -24,6 +31,33 @@ LATER_IMAGES = 60
 # The second run's subjects are the warm start and the template's default FinalTraining=true (the final
 # training job runs the real container): one epoch, two trials at once, no checkpoint evaluations.
 QUICK = {"CheckpointEvaluationEvery": "0", "Epochs": "1", "MaxTuningJobs": "2", "FinalTraining": "true"}
+# Weights of the demo's architecture in a bucket of the user's (not the stack's): the first run's start.
+WEIGHTS_BUCKET, WEIGHTS_KEY = "retrain-e2e-weights", "imagenet-shaped/resnet18.pth"
+PRETRAINED = {"PretrainedModelUri": f"s3://{WEIGHTS_BUCKET}/{WEIGHTS_KEY}"}
+NEW_LABEL, NEW_LABEL_IMAGES = "cross", 8
+
+
+def _put_weights(stack, outputs) -> None:  # type: ignore[no-untyped-def]
+    buffer = io.BytesIO()
+    torch.save(models.build_model("resnet18", 1000).state_dict(), buffer)
+    s3 = stack.client("s3")
+    s3.create_bucket(Bucket=WEIGHTS_BUCKET)
+    s3.put_object(Bucket=WEIGHTS_BUCKET, Key=WEIGHTS_KEY, Body=buffer.getvalue())
+
+
+def _with_a_new_label(images: Path) -> Uploads:
+    """LATER_IMAGES more digits, and a label the first run never saw."""
+    written = demo_data.write_digits(images, limit=LATER_IMAGES, start=IMAGES).files
+    files = {f"{p.parent.name}/{p.name}": p.read_bytes() for p in written}
+    for i in range(NEW_LABEL_IMAGES):
+        picture = Image.new("RGB", (32, 32), (255, 255, 255))
+        for x in range(32):
+            picture.putpixel((x, (x + i) % 32), (0, 0, 0))
+            picture.putpixel((31 - x, (x + i) % 32), (0, 0, 0))
+        buffer = io.BytesIO()
+        picture.save(buffer, format="JPEG")
+        files[f"{NEW_LABEL}/{i:03d}.jpg"] = buffer.getvalue()
+    return Uploads(images, count=len(files), files=files)
 
 
 def test_an_upload_alone_runs_the_whole_flow_and_a_later_run_warm_starts_after_a_restart(
@@ -31,8 +65,16 @@ def test_an_upload_alone_runs_the_whole_flow_and_a_later_run_warm_starts_after_a
 ) -> None:
     # One test, one stack at a time (a module-scoped stack could outlive its tests beside other stacks'
     # tests under xdist): the first three checks read the same finished run.
-    with run_to_the_end(tmp_path / "state", Uploads(tmp_path / "images"), Faults(), keep_state=True) as happy:
+    with run_to_the_end(
+        tmp_path / "state",
+        Uploads(tmp_path / "images"),
+        Faults(),
+        overrides=PRETRAINED,
+        keep_state=True,
+        before_upload=_put_weights,
+    ) as happy:
         _ends_registered_with_the_lock_released(happy)
+        _started_from_the_stacks_pretrained_weights(happy)
         _tuning_ran_three_trials_two_at_a_time_each_resumed_after_a_spot_interruption(happy)
         _the_run_record_holds_every_field(happy)
         _every_role_was_authorised_and_none_was_refused(happy)
@@ -41,7 +83,7 @@ def test_an_upload_alone_runs_the_whole_flow_and_a_later_run_warm_starts_after_a
     # A new stack process from the same state directory (a second `retrain demo`), more digits uploaded.
     with run_to_the_end(
         tmp_path / "state",
-        Uploads(tmp_path / "more", start=IMAGES, count=LATER_IMAGES),
+        _with_a_new_label(tmp_path / "more"),
         Faults(),
         overrides=QUICK,
     ) as later:
@@ -62,7 +104,15 @@ def test_an_upload_alone_runs_the_whole_flow_and_a_later_run_warm_starts_after_a
         assert later.stack.gatekeeper.denied() == []
 
     assert later.record["status"] in ("SUCCEEDED", "REJECTED"), later.record.get("failure")
-    assert later.record["new_images"] == LATER_IMAGES
+    assert later.record["new_images"] == LATER_IMAGES + NEW_LABEL_IMAGES
+    # It fine-tuned from the champion (the first run's model): the record says so, and the final training
+    # job read that model.tar.gz as its pretrained channel, with the new label among its labels.
+    assert later.record["started_from"]["kind"] == "champion"
+    assert later.record["started_from"]["uri"] == first["model_data"]
+    assert later.record["started_from"]["model_package_arn"] == first["model_package_arn"]
+    assert NEW_LABEL in later.record["labels"]
+    assert _channel(final, "pretrained") == first["model_data"]
+    assert final["HyperParameters"]["pretrained"] == "model.tar.gz"
     assert first["run_id"] in known  # the first run's record outlived its stack
     parents = tuning["WarmStartConfig"]["ParentHyperParameterTuningJobs"]
     assert [p["HyperParameterTuningJobName"] for p in parents] == [first["tuning_job"]]
@@ -72,6 +122,21 @@ def test_an_upload_alone_runs_the_whole_flow_and_a_later_run_warm_starts_after_a
     assert final["TrainingJobStatus"] == "Completed"
     assert final["HyperParameters"]["lr"] == later.record["best_hyperparameters"]["lr"]
     assert later.record["model_data"] == final["ModelArtifacts"]["S3ModelArtifacts"]
+
+
+def _channel(job: dict, name: str) -> str:  # type: ignore[type-arg]
+    """The S3 URI of a training job's channel, or "" when the job has no such channel."""
+    found = [c for c in job["InputDataConfig"] if c["ChannelName"] == name]
+    return str(found[0]["DataSource"]["S3DataSource"]["S3Uri"]) if found else ""
+
+
+def _started_from_the_stacks_pretrained_weights(happy: Finished) -> None:
+    assert happy.record["started_from"]["kind"] == "pretrained"
+    best = happy.stack.client("sagemaker").describe_training_job(
+        TrainingJobName=happy.record["best_training_job"]
+    )
+    assert _channel(best, "pretrained") == PRETRAINED["PretrainedModelUri"]
+    assert best["HyperParameters"]["pretrained"] == "resnet18.pth"
 
 
 def _every_role_was_authorised_and_none_was_refused(happy: Finished) -> None:

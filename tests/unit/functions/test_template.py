@@ -271,3 +271,21 @@ def test_the_checkpoint_rules_match_checkpoints_and_tagged_evaluation_jobs_only(
     assert matches(done, _event("SageMaker Processing Job State Change", "aws.sagemaker", tagged))
     assert not matches(done, _event("SageMaker Processing Job State Change", "aws.sagemaker", untagged))
     assert not matches(done, _event("SageMaker Processing Job State Change", "aws.sagemaker", running))
+
+
+def test_the_readme_documents_every_parameter_with_the_templates_default(template):
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| `([A-Za-z0-9]+)` \| `([^`]*)` \|", readme, flags=re.M))
+    declared = template["Parameters"]
+    assert set(rows) == set(declared)
+    for name, parameter in declared.items():
+        default = str(parameter.get("Default", ""))
+        shown = {"(empty)": "", "(required)": ""}.get(rows[name], rows[name])
+        assert shown == (",".join(default) if isinstance(parameter.get("Default"), list) else default), name
+
+
+def test_the_manual_start_documentation_names_every_override():
+    from controller import run_request
+
+    documented = (Path(__file__).resolve().parents[3] / "functions" / "README.md").read_text(encoding="utf-8")
+    assert [k for k in run_request.OVERRIDES_SCHEMA["properties"] if f"`{k}`" not in documented] == []
