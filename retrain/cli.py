@@ -22,7 +22,7 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from controller import names, runs
-from retrain import local, pretrained
+from retrain import local, pretrained, timing
 from retrain.collect import collect, find_run, runs_table
 from retrain.demo import (
     DEMO_BATCHES,
@@ -31,6 +31,7 @@ from retrain.demo import (
     DEMO_TIMEOUT_MINUTES,
     DemoOptions,
     run_demo,
+    timing_table,
 )
 from retrain.deployment import Deployment, connect
 from retrain.errors import EmbeddedRuntimeError, NoCredentialsError, RetrainError, RunFailedError
@@ -213,9 +214,18 @@ def demo(  # noqa: PLR0913
     )
     console = _console(json_output)
     with run_demo(options, console=console, quiet=json_output) as ran:
-        _finish(
-            ran.deployment, ran.record, json_output=json_output, console=console, upload_keys=ran.upload_keys
-        )
+        try:
+            _finish(
+                ran.deployment,
+                ran.record,
+                json_output=json_output,
+                console=console,
+                upload_keys=ran.upload_keys,
+            )
+        finally:
+            if not json_output and ran.record.get("execution_arn"):
+                sfn = ran.deployment.client("stepfunctions")
+                console.print(timing_table(ran.phases, timing.run_phases(sfn, ran.record["execution_arn"])))
 
 
 @app.command()

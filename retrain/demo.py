@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -17,12 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.table import Table
 
 from controller import names, runs
 from retrain import demo_data, local
 from retrain.deployment import Deployment
 from retrain.errors import UsageError
 from retrain.follow import follow, wait_for_run
+from retrain.timing import Phase
 from retrain.upload import LocalFile, check_dataset_name, find_files, likely_images, upload_files
 
 DEMO_DATASET = "digits"
@@ -77,6 +80,7 @@ class DemoRun:
     deployment: Deployment
     record: runs.RunRecord
     upload_keys: set[str]
+    phases: list[Phase]  # the demo's own, before and around the run: where its wall time went
 
 
 def check_options(options: DemoOptions) -> None:
@@ -92,15 +96,19 @@ def run_demo(options: DemoOptions, *, console: Console, quiet: bool) -> Iterator
 
     ``quiet`` leaves out the progress lines between steps (the JSON output wants stdout to itself)."""
     check_options(options)
+    clock = _Clock()
     with contextlib.ExitStack() as cleanup:
         root = options.images
         if root is None:
             folder = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="retrain-digits-")))
             root = _write_digits(folder, options.limit, console=console, quiet=quiet)
         files = find_files(root)
+        clock.lap("write the images")
         deployment = cleanup.enter_context(_start_stack(options, files))
+        clock.lap("start the embedded stack")
         since = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S")
         keys = _upload_in_batches(deployment, files, options, console=console, quiet=quiet)
+        clock.lap("upload")
         timeout_seconds = options.timeout_minutes * 60
         progress = ledger_progress(deployment, options.dataset, since, len(keys), console)
         record = wait_for_run(
@@ -111,10 +119,42 @@ def run_demo(options: DemoOptions, *, console: Console, quiet: bool) -> Iterator
             on_wait=progress,
             poll_seconds=5,
         )
+        clock.lap("ingest and wait for the run to start")
         record = follow(
             deployment, record, console=console, live=console.is_terminal, timeout_seconds=timeout_seconds
         )
-        yield DemoRun(deployment, record, set(keys))
+        clock.lap(RUN_PHASE)
+        yield DemoRun(deployment, record, set(keys), clock.phases)
+
+
+RUN_PHASE = "the run (its phases below)"
+
+
+class _Clock:
+    """Wall-clock laps of the demo's steps."""
+
+    def __init__(self) -> None:
+        self.phases: list[Phase] = []
+        self._last = time.monotonic()
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.phases.append(Phase(name, now - self._last))
+        self._last = now
+
+
+def timing_table(demo_phases: list[Phase], run_phases: list[Phase]) -> Table:
+    """The demo's wall time by step, the run's own time by phase under it."""
+    table = Table(title="Where the demo's time went", title_justify="left", header_style="bold")
+    table.add_column("step / phase")
+    table.add_column("seconds", justify="right")
+    for phase in demo_phases:
+        table.add_row(phase.name, f"{phase.seconds:.0f}")
+        if phase.name == RUN_PHASE:
+            for part in run_phases:
+                table.add_row(f"  {part.name}", f"{part.seconds:.0f}")
+    table.add_row("total", f"{sum(p.seconds for p in demo_phases):.0f}", style="bold")
+    return table
 
 
 def _write_digits(folder: Path, limit: int | None, *, console: Console, quiet: bool) -> Path:

@@ -52,3 +52,19 @@ def test_phases_add_up_their_states_in_the_order_they_began() -> None:
     table = timing.markdown(phases)
     assert table[2] == "| prepare | 2 | 2% |"
     assert table[-1] == "| **total** | **121** | |"
+
+
+def test_the_demo_table_lists_its_steps_with_the_runs_phases_under_the_run() -> None:
+    from rich.console import Console
+
+    from retrain import demo
+
+    table = demo.timing_table(
+        [timing.Phase("upload", 10.0), timing.Phase(demo.RUN_PHASE, 100.0)],
+        [timing.Phase(timing.TUNING, 80.0), timing.Phase(timing.EVALUATION, 20.0)],
+    )
+    console = Console(width=100, record=True)
+    console.print(table)
+    text = console.export_text()
+    assert text.index("upload") < text.index(demo.RUN_PHASE) < text.index("  tuning") < text.index("total")
+    assert "110" in text

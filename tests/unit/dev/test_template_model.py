@@ -64,7 +64,8 @@ def test_the_sagemaker_role_reads_the_pretrained_weights_only_when_a_uri_is_give
         "Action": "s3:GetObject",
         "Resource": "arn:aws:s3:::weights/imagenet/r18.pth",
     } in given
-    assert len(given) == len(default) + 1
+    assert {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::weights"} in given
+    assert len(given) == len(default) + 2
 
 
 def test_a_pretrained_uri_that_is_not_one_s3_object_is_refused_with_the_constraint() -> None:
