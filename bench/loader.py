@@ -38,6 +38,7 @@ import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from retrain_training import (  # noqa: E402
+    batching,
     data,
     loaders,
     models,
@@ -69,7 +70,7 @@ def write_jpegs(root: Path, count: int, *, seed: int = 0) -> list[data.Sample]:
     return samples
 
 
-def batches(loader: loaders.Loader) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def batches(loader: batching.Loader) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Endless training batches, epoch after epoch."""
     epoch = 0
     while True:

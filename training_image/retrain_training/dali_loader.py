@@ -1,10 +1,10 @@
-"""The NVIDIA DALI loader behind `loaders.Loader`: decode on `mixed` (nvJPEG) with a GPU, on `cpu` without.
+"""The NVIDIA DALI loader behind `batching.Loader`: decode on `mixed` (nvJPEG) with a GPU, on `cpu` without.
 
 Resume design: DALI is fed with `fn.external_source` in our own order — the epoch order of
 `data.epoch_order(seed, epoch)` sharded by `data.rank_batches`, exactly the torch loader's — and every
 random choice (the random resized crop box, each repetition's flip and rotation angle) is drawn in
 Python from `data.sample_seed(seed, epoch, position)` with the same generator calls in the same order
-as `loaders.train_transform`, then handed to DALI as per-sample operator arguments. Nothing depends on
+as `augment.train_transform`, then handed to DALI as per-sample operator arguments. Nothing depends on
 DALI's RNG or its readers' shuffling, so resuming at batch k just feeds batches k.. and yields the same
 samples with the same augmentations as an uninterrupted epoch. No DALI operator here draws random
 numbers or carries state across iterations, so DALI has nothing of its own to checkpoint and
@@ -39,7 +39,7 @@ from nvidia.dali.plugin.pytorch import feed_ndarray
 from nvidia.dali.types import DALIDataType, DALIImageType
 from PIL import Image, UnidentifiedImageError
 
-from retrain_training import data, loaders
+from retrain_training import augment, batching, data
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ EVAL_COLUMNS = (DALIDataType.UINT8, DALIDataType.FLOAT, DALIDataType.INT32)
 
 @dataclass(frozen=True)
 class Augmentation:
-    """One training sample's random choices, as `loaders.train_transform` draws them."""
+    """One training sample's random choices, as `augment.train_transform` draws them."""
 
     box: tuple[int, int, int, int]  # (left, top, right, bottom) in source pixels
     flips: tuple[bool, ...]  # one per augment-load repetition
@@ -71,21 +71,21 @@ def draw_augmentation(
     height: int,
     augment_load: int,
     rng: np.random.Generator,
-    crop_scale_min: float = loaders.CROP_SCALE[0],
+    crop_scale_min: float = augment.CROP_SCALE[0],
 ) -> Augmentation:
-    """The same generator calls, in the same order, as `loaders.train_transform`."""
-    left, top, right, bottom = loaders.random_resized_crop_box(width, height, rng, crop_scale_min)
+    """The same generator calls, in the same order, as `augment.train_transform`."""
+    left, top, right, bottom = augment.random_resized_crop_box(width, height, rng, crop_scale_min)
     flips: list[bool] = []
     angles: list[float] = []
     for _ in range(augment_load):
-        flips.append(bool(rng.random() < loaders.FLIP_PROBABILITY))
-        angles.append(float(rng.uniform(-loaders.ROTATION_DEGREES, loaders.ROTATION_DEGREES)))
+        flips.append(bool(rng.random() < augment.FLIP_PROBABILITY))
+        angles.append(float(rng.uniform(-augment.ROTATION_DEGREES, augment.ROTATION_DEGREES)))
     return Augmentation((int(left), int(top), int(right), int(bottom)), tuple(flips), tuple(angles))
 
 
 def eval_geometry(width: int, height: int, image_size: int) -> tuple[tuple[int, int], tuple[int, int]]:
-    """((resized width, height), (left, top) of the center crop), as `loaders.eval_transform` does."""
-    short = loaders.eval_resize_size(image_size)
+    """((resized width, height), (left, top) of the center crop), as `augment.eval_transform` does."""
+    short = augment.eval_resize_size(image_size)
     scale = short / min(width, height)
     size = (max(short, round(width * scale)), max(short, round(height * scale)))
     return size, ((size[0] - image_size) // 2, (size[1] - image_size) // 2)
@@ -109,12 +109,12 @@ def read_encoded(path: Path) -> tuple[np.ndarray, tuple[int, int]]:
         return np.frombuffer(encoded, dtype=np.uint8), image.size
 
 
-class DaliLoader(loaders.BatchLoader):
-    """`loaders.Loader` over a DALI pipeline fed by `fn.external_source` (see the module docstring)."""
+class DaliLoader(batching.BatchLoader):
+    """`batching.Loader` over a DALI pipeline fed by `fn.external_source` (see the module docstring)."""
 
     kind = KIND
 
-    def __init__(self, samples: Sequence[data.Sample], **options: Unpack[loaders.LoaderOptions]) -> None:
+    def __init__(self, samples: Sequence[data.Sample], **options: Unpack[batching.LoaderOptions]) -> None:
         super().__init__(samples, **options)
         if self.augment_load < 1 and self.train:
             raise ValueError(f"augment-load must be at least 1, got {self.augment_load}")
@@ -342,8 +342,8 @@ def _normalize(images: DataNode, device: str) -> DataNode:
         images,
         dtype=DALIDataType.FLOAT,
         output_layout="CHW",
-        mean=[255.0 * m for m in loaders.IMAGENET_MEAN],
-        std=[255.0 * s for s in loaders.IMAGENET_STD],
+        mean=[255.0 * m for m in augment.IMAGENET_MEAN],
+        std=[255.0 * s for s in augment.IMAGENET_STD],
         device=device,
     )
 

@@ -23,7 +23,18 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from retrain_contract import container as contract
-from retrain_training import checkpoints, data, debugger, distributed, engine, loaders, models, profiler
+from retrain_training import (
+    augment,
+    batching,
+    checkpoints,
+    data,
+    debugger,
+    distributed,
+    engine,
+    loaders,
+    models,
+    profiler,
+)
 
 log = logging.getLogger("train")
 CHECKPOINT_VERSION = 1
@@ -47,7 +58,7 @@ def validate_args(args: argparse.Namespace) -> None:
             raise ValueError(f"hyperparameter {spec.name} must be at least 1, got {value}")
         if spec.minimum == 0 and value < 0:
             raise ValueError(f"hyperparameter {spec.name} must not be negative, got {value}")
-    loaders.check_crop_scale_min(args.crop_scale_min)
+    augment.check_crop_scale_min(args.crop_scale_min)
 
 
 def configure_determinism(seed: int, device: torch.device) -> None:
@@ -96,7 +107,7 @@ def checkpoint_state(
     args: argparse.Namespace,
     model: nn.Module,
     optimization: engine.Optimization,
-    loader: loaders.Loader,
+    loader: batching.Loader,
     progress: engine.Progress,
     labels: list[str],
     order: list[int],
@@ -168,7 +179,7 @@ def restore(
     num_train: int,
     model: nn.Module,
     optimization: engine.Optimization,
-    loader: loaders.Loader,
+    loader: batching.Loader,
 ) -> engine.Progress:
     """Put every piece of training state back as the checkpoint recorded it; refuse a checkpoint
     that belongs to other data or another architecture."""
@@ -266,7 +277,7 @@ def build_model(
 
 def build_loaders(
     args: argparse.Namespace, dataset: data.DataSet, context: distributed.Context, kind: str
-) -> tuple[loaders.Loader, loaders.Loader]:
+) -> tuple[batching.Loader, batching.Loader]:
     """This rank's training and validation loaders."""
     common = {
         "batch_size": args.batch_size,
@@ -301,8 +312,8 @@ class Job:
     loader_kind: str
     model: nn.Module
     loss_fn: nn.Module
-    train_loader: loaders.Loader
-    val_loader: loaders.Loader
+    train_loader: batching.Loader
+    val_loader: batching.Loader
     optimization: engine.Optimization
     store: checkpoints.CheckpointStore
 

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from retrain_training import dali_loader, data, loaders
+from retrain_training import batching, dali_loader, data, loaders
 
 CPU = torch.device("cpu")
 
@@ -59,7 +59,7 @@ def samples(tmp_path_factory: pytest.TempPathFactory) -> list[data.Sample]:
     return write_images(tmp_path_factory.mktemp("images"), 14)
 
 
-def run_epoch(loader: loaders.Loader, epoch: int, start_batch: int = 0) -> list[tuple[torch.Tensor, ...]]:
+def run_epoch(loader: batching.Loader, epoch: int, start_batch: int = 0) -> list[tuple[torch.Tensor, ...]]:
     return list(loader.epoch(epoch, start_batch=start_batch))
 
 

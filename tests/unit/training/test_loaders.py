@@ -9,7 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
-from retrain_training import data, loaders
+from retrain_training import augment, batching, data, loaders
 from tests.unit.training.conftest import write_images
 
 CPU = torch.device("cpu")
@@ -21,7 +21,7 @@ def samples(tmp_path: Path) -> list[data.Sample]:
     return data.load_dataset(tmp_path, val_fraction=0.0).train
 
 
-def build(samples: list[data.Sample], **overrides: object) -> loaders.Loader:
+def build(samples: list[data.Sample], **overrides: object) -> batching.Loader:
     options: dict[str, object] = {
         "train": True,
         "batch_size": 4,
@@ -96,13 +96,13 @@ def test_loader_state_round_trips_and_refuses_other_data(samples: list[data.Samp
 def test_random_resized_crop_stays_inside_the_image_within_the_ranges() -> None:
     rng = np.random.default_rng(0)
     for _ in range(200):
-        left, top, right, bottom = loaders.random_resized_crop_box(40, 30, rng)
+        left, top, right, bottom = augment.random_resized_crop_box(40, 30, rng)
         assert 0 <= left < right <= 40
         assert 0 <= top < bottom <= 30
         area = (right - left) * (bottom - top) / (40 * 30)
         ratio = (right - left) / (bottom - top)
-        assert area <= loaders.CROP_SCALE[1] + 1e-9
-        assert ratio <= loaders.CROP_RATIO[1] * 1.2 and ratio >= loaders.CROP_RATIO[0] / 1.2
+        assert area <= augment.CROP_SCALE[1] + 1e-9
+        assert ratio <= augment.CROP_RATIO[1] * 1.2 and ratio >= augment.CROP_RATIO[0] / 1.2
         assert math.isfinite(area)
 
 
@@ -111,10 +111,10 @@ def test_eval_transform_center_crops_after_resizing_the_shorter_side() -> None:
     pixels = np.zeros((70, 210, 3), dtype=np.uint8)
     pixels[:, 70:140] = 255
     # WHEN transformed for evaluation at 56 px (shorter side to 64, center 56 crop)
-    tensor = loaders.eval_transform(Image.fromarray(pixels), 56)
+    tensor = augment.eval_transform(Image.fromarray(pixels), 56)
     # THEN the crop is the white middle, normalised
     assert tensor.shape == (3, 56, 56)
-    white = (1 - torch.tensor(loaders.IMAGENET_MEAN)) / torch.tensor(loaders.IMAGENET_STD)
+    white = (1 - torch.tensor(augment.IMAGENET_MEAN)) / torch.tensor(augment.IMAGENET_STD)
     torch.testing.assert_close(tensor[:, 28, 28], white)
 
 
@@ -127,14 +127,14 @@ def test_the_delay_fault_knob_sleeps_per_batch(samples: list[data.Sample]) -> No
 
 def test_the_planted_delay_outlasts_a_slow_consumer_so_data_wait_dominates_every_step() -> None:
     # GIVEN a 10 ms planted delay and a consumer whose step takes 100 ms
-    delay = loaders.PlantedDelay(10)
+    delay = batching.PlantedDelay(10)
     delay.wait()
     time.sleep(0.1)
     # WHEN the next batch is fetched
     started = time.perf_counter()
     delay.wait()
     # THEN the loader waited at least DOMINANCE x the step, not just the 10 ms
-    assert time.perf_counter() - started >= loaders.PlantedDelay.DOMINANCE * 0.1
+    assert time.perf_counter() - started >= batching.PlantedDelay.DOMINANCE * 0.1
     # AND across an epoch boundary the last step's length still rules, while the time spent between
     # epochs (evaluation) is not taken for a step
     delay.start_epoch()
@@ -142,7 +142,7 @@ def test_the_planted_delay_outlasts_a_slow_consumer_so_data_wait_dominates_every
     started = time.perf_counter()
     delay.wait()
     waited = time.perf_counter() - started
-    assert loaders.PlantedDelay.DOMINANCE * 0.1 <= waited < loaders.PlantedDelay.DOMINANCE * 0.5
+    assert batching.PlantedDelay.DOMINANCE * 0.1 <= waited < batching.PlantedDelay.DOMINANCE * 0.5
 
 
 def test_a_resumed_loader_starves_its_first_step_with_the_steps_the_checkpoint_saw(
@@ -162,7 +162,7 @@ def test_a_resumed_loader_starves_its_first_step_with_the_steps_the_checkpoint_s
     started = time.perf_counter()
     next(resumed.epoch(state["epoch"], start_batch=state["next_batch"]))
     # THEN that batch waited DOMINANCE x the saved step, not the plain 10 ms
-    assert time.perf_counter() - started >= loaders.PlantedDelay.DOMINANCE * 0.1
+    assert time.perf_counter() - started >= batching.PlantedDelay.DOMINANCE * 0.1
 
 
 def test_a_loader_without_a_planted_delay_keeps_its_state_as_before(samples: list[data.Sample]) -> None:
@@ -195,12 +195,12 @@ def test_crop_scale_min_raises_the_smallest_crop_kept() -> None:
     rng = np.random.default_rng(1)
     areas = []
     for _ in range(300):
-        left, top, right, bottom = loaders.random_resized_crop_box(64, 64, rng, 0.5)
+        left, top, right, bottom = augment.random_resized_crop_box(64, 64, rng, 0.5)
         areas.append((right - left) * (bottom - top) / (64 * 64))
     default_rng = np.random.default_rng(1)
     default_areas = []
     for _ in range(300):
-        left, top, right, bottom = loaders.random_resized_crop_box(64, 64, default_rng)
+        left, top, right, bottom = augment.random_resized_crop_box(64, 64, default_rng)
         default_areas.append((right - left) * (bottom - top) / (64 * 64))
     assert min(areas) >= 0.45
     assert min(default_areas) < 0.2
