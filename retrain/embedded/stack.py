@@ -47,6 +47,7 @@ from retrain.embedded.provisioning.external import (
     deterministic_names,
     moto_supported_types,
 )
+from retrain.embedded.provisioning.intrinsics import without_no_value
 from retrain.embedded.provisioning.moto_backends import detach_moto_sqs_delivery, register_state_machines
 from retrain.embedded.provisioning.parameters import check_parameters, check_rules, stack_parameters
 from retrain.embedded.provisioning.sam import (
@@ -274,7 +275,8 @@ class EmbeddedStack:
         except ProvisioningError as error:
             raise EmbeddedStackError(f"stack {self.stack_name} refused at creation: {error}") from None
         packaged, code_dirs = package(template, self.template.parent, s3)
-        self.translated = translate(packaged, parameters, REGION)
+        # moto's CloudFormation keeps AWS::NoValue as a null: leave those out first, as AWS does
+        self.translated = without_no_value(translate(packaged, parameters, REGION), parameters)
         creators = ExternalCreators(self.fsx, self.sagemaker, stack_name=self.stack_name)
         body, external = create_external(
             self.translated,

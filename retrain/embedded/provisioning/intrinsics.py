@@ -151,3 +151,32 @@ _FUNCTIONS: Final[dict[str, Callable[[Intrinsics, Any], Any]]] = {
     "Fn::Not": lambda self, arg: not self.resolve(arg[0]),
     "Condition": lambda self, arg: self.condition(arg),
 }
+
+
+NO_VALUE: Final = {"Ref": "AWS::NoValue"}
+
+
+def without_no_value(template: dict[str, Any], parameters: dict[str, Any]) -> dict[str, Any]:
+    """The template with every list item and property whose Fn::If picks AWS::NoValue left out.
+
+    CloudFormation removes them; moto's CloudFormation keeps a null (a policy with a null statement,
+    which no IAM evaluator reads). The conditions are evaluated from the parameters (defaults filled in)."""
+    declared = template.get("Parameters", {})
+    values = {k: str(v["Default"]) for k, v in declared.items() if "Default" in v}
+    values.update({k: v for k, v in parameters.items()})
+    intrinsics = Intrinsics(values, {}, conditions=template.get("Conditions"))
+
+    def picks_no_value(node: Any) -> bool:
+        if not (isinstance(node, dict) and list(node) == ["Fn::If"]):
+            return False
+        condition, when_true, when_false = node["Fn::If"]
+        return bool((when_true if intrinsics.condition(str(condition)) else when_false) == NO_VALUE)
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, list):
+            return [walk(item) for item in node if not picks_no_value(item)]
+        if isinstance(node, dict):
+            return {key: walk(value) for key, value in node.items() if not picks_no_value(value)}
+        return node
+
+    return {**template, "Resources": walk(template["Resources"])}

@@ -80,6 +80,33 @@ def test_an_intrinsic_that_resolves_to_no_value_is_left_out() -> None:
     assert intrinsics.resolve({"A": 1, "B": {"Ref": "AWS::NoValue"}}) == {"A": 1}
 
 
+def test_moto_never_sees_a_no_value_item() -> None:
+    from retrain.embedded.provisioning.intrinsics import without_no_value
+
+    # GIVEN a conditional policy statement, its condition on a parameter left at its empty default
+    template = {
+        "Parameters": {"Uri": {"Type": "String", "Default": ""}},
+        "Conditions": {"HasUri": {"Fn::Not": [{"Fn::Equals": [{"Ref": "Uri"}, ""]}]}},
+        "Resources": {
+            "Role": {
+                "Type": "AWS::IAM::Role",
+                "Properties": {
+                    "Statement": [
+                        {"Effect": "Allow"},
+                        {"Fn::If": ["HasUri", {"Effect": "Deny"}, {"Ref": "AWS::NoValue"}]},
+                    ]
+                },
+            }
+        },
+    }
+    # THEN the statement is gone without a value, and kept (as an Fn::If moto resolves) with one
+    assert without_no_value(template, {})["Resources"]["Role"]["Properties"]["Statement"] == [
+        {"Effect": "Allow"}
+    ]
+    kept = without_no_value(template, {"Uri": "s3://b/k"})["Resources"]["Role"]["Properties"]["Statement"]
+    assert len(kept) == 2
+
+
 def _template(**resources: Any) -> dict[str, Any]:
     return {
         "Conditions": {"Never": {"Fn::Equals": ["a", "b"]}},
