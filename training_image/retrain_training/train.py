@@ -320,7 +320,7 @@ def set_up(args: argparse.Namespace, paths: contract.Paths, context: distributed
     kind = loaders.resolve_kind(args.loader, context.device)
     train_loader, val_loader = build_loaders(args, dataset, context, kind)
     optimization = build_optimization(args, model, steps_per_epoch=len(train_loader))
-    # Every rank resumes from the checkpoints rank 0 writes (the first host's directory).
+    # Rank 0 writes the checkpoints (the first host's directory) and resumes every rank from them.
     store = checkpoints.CheckpointStore(
         paths.checkpoint_dir / paths.job_name / paths.hosts[0], keep=args.keep_checkpoints
     )
@@ -340,8 +340,11 @@ def set_up(args: argparse.Namespace, paths: contract.Paths, context: distributed
 
 
 def resume(job: Job) -> engine.Progress | None:
-    """Restore the newest valid checkpoint of this job and host; None when there is none."""
-    resumed = job.store.load_latest()
+    """Restore the newest valid checkpoint of this job; None when there is none. Rank 0 reads it from
+    its host's directory and sends it to every rank, so the ranks of other hosts (whose directories
+    need not hold rank 0's files) and of this one all start from the same step."""
+    resumed = job.store.load_latest() if job.context.is_main else None
+    resumed = distributed.broadcast_from_main(resumed, job.context)
     if resumed is None:
         return None
     return restore(
