@@ -522,7 +522,14 @@ def run(argv: Sequence[str] | None = None) -> int:
             return contract.INTERRUPTED_EXIT_CODE
         return 0
 
-    return contract.run_reporting_failure(paths, body, invalid="invalid hyperparameters", argv=argv)
+    # Processes sharing this host's output directory: the first failure is the cause, keep its reason.
+    return contract.run_reporting_failure(
+        paths,
+        body,
+        invalid="invalid hyperparameters",
+        argv=argv,
+        keep_first=distributed.local_world_size() > 1,
+    )
 
 
 if __name__ == "__main__":
