@@ -1,9 +1,11 @@
 """SageMaker training entry point (SAGEMAKER_PROGRAM=train.py): transfer-learn a ResNet classifier.
 
 Hyperparameters arrive as command-line flags (script mode), paths from the SM_* environment
-(contract.resolve_paths). Resumes from the newest valid checkpoint of this job and host; on SIGTERM
-finishes the step, checkpoints and exits with contract.INTERRUPTED_EXIT_CODE; on any error writes
-the reason to <base>/output/failure and exits non-zero.
+(contract.resolve_paths). One process of a data-parallel job when `launch` started one per GPU (or
+torchrun, mpirun or SM_HOSTS describe several). Resumes from the newest valid checkpoint of this job,
+which rank 0 reads from the first host's directory and sends to every rank; on SIGTERM finishes the
+step, checkpoints and exits with contract.INTERRUPTED_EXIT_CODE; on any error writes the reason to
+<base>/output/failure (the first reason, when several processes share the host) and exits non-zero.
 """
 
 from __future__ import annotations
