@@ -124,10 +124,12 @@ def children_failed(failed: ChildFailedError, paths: contract.Paths) -> int:
     if code == contract.INTERRUPTED_EXIT_CODE:
         log.warning("the training processes were interrupted; exiting with %d", code)
         return code
-    rank, first = next((rank, f) for rank, f in failures if f.exitcode != contract.INTERRUPTED_EXIT_CODE)
-    how = f"signal {first.signal_name()}" if first.exitcode < 0 else f"status {first.exitcode}"
-    # A child that failed has written the reason; this one only stands in for a child that could not.
-    contract.write_failure(paths, f"training process {rank} exited with {how}", keep_first=True)
+    first = next(((r, f) for r, f in failures if f.exitcode != contract.INTERRUPTED_EXIT_CODE), None)
+    if first is not None:
+        rank, failure = first
+        how = f"signal {failure.signal_name()}" if failure.exitcode < 0 else f"status {failure.exitcode}"
+        # A child that failed has written the reason; this one only stands in for a child that could not.
+        contract.write_failure(paths, f"training process {rank} exited with {how}", keep_first=True)
     return code
 
 

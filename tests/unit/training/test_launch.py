@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from torch.distributed import run as torchrun
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
 from retrain_contract import container as contract
 from retrain_training import distributed, launch
@@ -92,3 +93,29 @@ def test_the_first_failure_reason_is_kept(tmp_path: Path) -> None:
     assert paths.failure_file.read_text() == "ValueError: the cause\n"
     contract.write_failure(paths, "RuntimeError: overwritten")
     assert paths.failure_file.read_text() == "RuntimeError: overwritten\n"
+
+
+def failed(*exitcodes: int) -> ChildFailedError:
+    return ChildFailedError(
+        "train.py",
+        {rank: ProcessFailure(rank, 1000 + rank, code, "") for rank, code in enumerate(exitcodes)},
+    )
+
+
+def test_a_child_killed_by_a_signal_gets_a_failure_reason(tmp_path: Path) -> None:
+    paths = contract.resolve_paths({contract.BASE_DIR_ENV: str(tmp_path)})
+    assert launch.children_failed(failed(143, -9), paths) == 1
+    assert paths.failure_file.read_text() == "training process 1 exited with signal SIGKILL\n"
+
+
+def test_a_childs_own_reason_is_not_replaced(tmp_path: Path) -> None:
+    paths = contract.resolve_paths({contract.BASE_DIR_ENV: str(tmp_path)})
+    contract.write_failure(paths, "ModelError: the cause")
+    assert launch.children_failed(failed(1, 143), paths) == 1
+    assert paths.failure_file.read_text() == "ModelError: the cause\n"
+
+
+def test_interrupted_children_leave_no_failure(tmp_path: Path) -> None:
+    paths = contract.resolve_paths({contract.BASE_DIR_ENV: str(tmp_path)})
+    assert launch.children_failed(failed(143, 143), paths) == contract.INTERRUPTED_EXIT_CODE
+    assert not paths.failure_file.exists()
