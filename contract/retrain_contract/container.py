@@ -30,6 +30,9 @@ OUTPUT_DATA_DIR_ENV = "SM_OUTPUT_DATA_DIR"
 HOSTS_ENV = "SM_HOSTS"
 CURRENT_HOST_ENV = "SM_CURRENT_HOST"
 JOB_NAME_ENV = "TRAINING_JOB_NAME"
+# Training processes per host. Unset: one per GPU (SageMaker's SM_NUM_GPUS), one on a host without
+# GPUs; set it to run several CPU processes per host (tests) or to use fewer GPUs than the host has.
+PROCESSES_PER_HOST_ENV = "RETRAIN_PROCESSES_PER_HOST"
 CHANNEL_ENV_PREFIX = "SM_CHANNEL_"
 
 CHANNEL_TRAIN = "train"
@@ -275,15 +278,26 @@ def resolve_paths(environ: Mapping[str, str] | None = None) -> Paths:
     )
 
 
-def write_failure(paths: Paths, reason: str) -> None:
-    """Record why the job failed where SageMaker reads FailureReason; one line, truncated."""
+def write_failure(paths: Paths, reason: str, *, keep_first: bool = False) -> None:
+    """Record why the job failed where SageMaker reads FailureReason; one line, truncated.
+    `keep_first`: leave a reason already there (processes sharing one host: the first is the cause,
+    the others' errors are its consequences)."""
     paths.output_dir.mkdir(parents=True, exist_ok=True)
     line = " ".join(reason.split())[:FAILURE_REASON_LIMIT]
-    paths.failure_file.write_text(line + "\n", encoding="utf-8")
+    try:
+        with open(paths.failure_file, "x" if keep_first else "w", encoding="utf-8") as handle:
+            handle.write(line + "\n")
+    except FileExistsError:
+        logging.getLogger(__name__).info("failure already recorded; not recording %r", line)
 
 
 def run_reporting_failure(
-    paths: Paths, body: Callable[[], int], *, invalid: str, argv: Sequence[str] | None = None
+    paths: Paths,
+    body: Callable[[], int],
+    *,
+    invalid: str,
+    argv: Sequence[str] | None = None,
+    keep_first: bool = False,
 ) -> int:
     """An entry point's body, its every failure turned into the failure file and a non-zero exit:
     argparse's exit (bad arguments) as "<invalid>: <the arguments>", any error as its type and message."""
@@ -291,11 +305,11 @@ def run_reporting_failure(
         return body()
     except SystemExit as exit_:
         if exit_.code not in (0, None):
-            write_failure(paths, f"{invalid}: {' '.join(argv or sys.argv[1:])}")
+            write_failure(paths, f"{invalid}: {' '.join(argv or sys.argv[1:])}", keep_first=keep_first)
         raise
     except Exception as error:
         logging.getLogger(__name__).exception("the job failed")
-        write_failure(paths, f"{type(error).__name__}: {error}")
+        write_failure(paths, f"{type(error).__name__}: {error}", keep_first=keep_first)
         return 1
 
 

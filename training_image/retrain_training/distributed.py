@@ -3,7 +3,8 @@
 torchrun (and SageMaker's `torch_distributed` launcher, which runs torchrun) sets RANK, WORLD_SIZE,
 LOCAL_RANK, MASTER_ADDR and MASTER_PORT; mpirun (SageMaker's smdistributed launcher) sets the
 OMPI_COMM_WORLD_* variables. Without either, a multi-host SageMaker job (one process per host) is
-described by SM_HOSTS and SM_CURRENT_HOST: rank = the host's index, master = the first host.
+described by SM_HOSTS and SM_CURRENT_HOST: rank = the host's index, master = the first host (whose
+rank 0 writes the checkpoints). Several processes per host are started by `launch` through torchrun.
 Backend: SageMaker's data-parallel library when it imports on a GPU, NCCL on GPU, gloo on CPU.
 """
 
@@ -13,12 +14,14 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
 
 from retrain_contract import container as contract
 
+T = TypeVar("T")
 DEFAULT_MASTER_PORT = "29500"
 SMDDP_BACKEND = "smddp"
 MPI_RANK, MPI_WORLD_SIZE, MPI_LOCAL_RANK = (
@@ -88,7 +91,13 @@ def from_env(environ: Mapping[str, str] | None = None) -> tuple[int, int, int, s
         raise DistributedError(
             f"{contract.CURRENT_HOST_ENV}={current!r} is not in {contract.HOSTS_ENV}={hosts}"
         )
-    return hosts.index(current), len(hosts), 0, env.get("MASTER_ADDR", sorted(hosts)[0]), port
+    return hosts.index(current), len(hosts), 0, env.get("MASTER_ADDR", hosts[0]), port
+
+
+def local_world_size(environ: Mapping[str, str] | None = None) -> int:
+    """Training processes on this host, as torchrun or mpirun tells them (1 otherwise)."""
+    env = os.environ if environ is None else environ
+    return int(env.get("LOCAL_WORLD_SIZE", env.get("OMPI_COMM_WORLD_LOCAL_SIZE", "1")))
 
 
 def setup(environ: Mapping[str, str] | None = None, *, use_cuda: bool | None = None) -> Context:
@@ -119,6 +128,15 @@ def all_reduce_sum(values: list[float], context: Context) -> list[float]:
     tensor = torch.tensor(values, dtype=torch.float64, device=context.device)
     dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
     return [float(v) for v in tensor.tolist()]
+
+
+def broadcast_from_main(value: T, context: Context) -> T:
+    """Rank 0's `value` on every rank (pickled): what only rank 0's host holds, such as its checkpoints."""
+    if not context.enabled:
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0, device=context.device if context.device.type == "cuda" else None)
+    return box[0]
 
 
 def barrier(context: Context) -> None:

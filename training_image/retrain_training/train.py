@@ -1,9 +1,11 @@
 """SageMaker training entry point (SAGEMAKER_PROGRAM=train.py): transfer-learn a ResNet classifier.
 
 Hyperparameters arrive as command-line flags (script mode), paths from the SM_* environment
-(contract.resolve_paths). Resumes from the newest valid checkpoint of this job and host; on SIGTERM
-finishes the step, checkpoints and exits with contract.INTERRUPTED_EXIT_CODE; on any error writes
-the reason to <base>/output/failure and exits non-zero.
+(contract.resolve_paths). One process of a data-parallel job when `launch` started one per GPU (or
+torchrun, mpirun or SM_HOSTS describe several). Resumes from the newest valid checkpoint of this job,
+which rank 0 reads from the first host's directory and sends to every rank; on SIGTERM finishes the
+step, checkpoints and exits with contract.INTERRUPTED_EXIT_CODE; on any error writes the reason to
+<base>/output/failure (the first reason, when several processes share the host) and exits non-zero.
 """
 
 from __future__ import annotations
@@ -331,7 +333,7 @@ def set_up(args: argparse.Namespace, paths: contract.Paths, context: distributed
     kind = loaders.resolve_kind(args.loader, context.device)
     train_loader, val_loader = build_loaders(args, dataset, context, kind)
     optimization = build_optimization(args, model, steps_per_epoch=len(train_loader))
-    # Every rank resumes from the checkpoints rank 0 writes (the first host's directory).
+    # Rank 0 writes the checkpoints (the first host's directory) and resumes every rank from them.
     store = checkpoints.CheckpointStore(
         paths.checkpoint_dir / paths.job_name / paths.hosts[0], keep=args.keep_checkpoints
     )
@@ -351,8 +353,11 @@ def set_up(args: argparse.Namespace, paths: contract.Paths, context: distributed
 
 
 def resume(job: Job) -> engine.Progress | None:
-    """Restore the newest valid checkpoint of this job and host; None when there is none."""
-    resumed = job.store.load_latest()
+    """Restore the newest valid checkpoint of this job; None when there is none. Rank 0 reads it from
+    its host's directory and sends it to every rank, so the ranks of other hosts (whose directories
+    need not hold rank 0's files) and of this one all start from the same step."""
+    resumed = job.store.load_latest() if job.context.is_main else None
+    resumed = distributed.broadcast_from_main(resumed, job.context)
     if resumed is None:
         return None
     return restore(
@@ -530,7 +535,14 @@ def run(argv: Sequence[str] | None = None) -> int:
             return contract.INTERRUPTED_EXIT_CODE
         return 0
 
-    return contract.run_reporting_failure(paths, body, invalid="invalid hyperparameters", argv=argv)
+    # Processes sharing this host's output directory: the first failure is the cause, keep its reason.
+    return contract.run_reporting_failure(
+        paths,
+        body,
+        invalid="invalid hyperparameters",
+        argv=argv,
+        keep_first=distributed.local_world_size() > 1,
+    )
 
 
 if __name__ == "__main__":

@@ -55,3 +55,8 @@ def test_inconsistent_environment_is_refused(env: dict[str, str], message: str) 
 
 def test_cpu_uses_gloo() -> None:
     assert distributed.pick_backend(torch.device("cpu")) == "gloo"
+
+
+def test_one_process_per_host_meets_at_the_host_of_rank_0() -> None:
+    env = {"SM_HOSTS": json.dumps(["algo-2", "algo-1"]), "SM_CURRENT_HOST": "algo-1"}
+    assert distributed.from_env(env)[:4] == (1, 2, 0, "algo-2")
