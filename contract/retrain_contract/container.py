@@ -30,6 +30,7 @@ OUTPUT_DATA_DIR_ENV = "SM_OUTPUT_DATA_DIR"
 HOSTS_ENV = "SM_HOSTS"
 CURRENT_HOST_ENV = "SM_CURRENT_HOST"
 JOB_NAME_ENV = "TRAINING_JOB_NAME"
+NUM_GPUS_ENV = "SM_NUM_GPUS"
 # Training processes per host. Unset: one per GPU (SageMaker's SM_NUM_GPUS), one on a host without
 # GPUs; set it to run several CPU processes per host (tests) or to use fewer GPUs than the host has.
 PROCESSES_PER_HOST_ENV = "RETRAIN_PROCESSES_PER_HOST"

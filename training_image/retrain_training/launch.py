@@ -35,7 +35,7 @@ from retrain_training import checkpoints, distributed, train
 
 log = logging.getLogger("launch")
 
-NUM_GPUS_ENV = "SM_NUM_GPUS"  # SageMaker's
+NUM_GPUS_ENV = contract.NUM_GPUS_ENV  # SageMaker's
 # Seconds a child may take from SIGTERM to exit (finish the step, write the checkpoint) before torchrun
 # kills it: SageMaker waits 120 s after its SIGTERM before it kills the container.
 SHUTDOWN_TIMEOUT_S = 100

@@ -486,7 +486,7 @@ class TrainingRun:
                 "SM_CHANNELS": json.dumps(channels),
                 "SM_HPS": json.dumps(self.hyperparameters),
                 "SM_USER_ARGS": json.dumps(script_args(self.hyperparameters)),
-                "SM_NUM_GPUS": "0",
+                contract.NUM_GPUS_ENV: "0",
                 "SM_NUM_CPUS": str(os.cpu_count() or 1),
                 "SM_INPUT_DIR": str(self.tree["base"] / "input"),
                 "SM_INPUT_CONFIG_DIR": str(self.tree["config"]),
