@@ -252,6 +252,7 @@ class EmbeddedStack:
             code_dir=REPO_ROOT / "training_image",
             spot=self.spot if self.spot is not None else SpotSchedule(),
             role_session=self._role_session,
+            keep_instance_files=False,
         )
         return SageMakerEmulator(self.state_dir / "sagemaker", context, region=REGION)
 
