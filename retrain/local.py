@@ -74,7 +74,8 @@ def foreground(
         kwargs["spot"] = spot
     stack = module.EmbeddedStack(**kwargs)
     with _guidance(module):
-        endpoint = stack.start()
+        # A read-only command may read the tables alone: the buckets fill on its first S3 request.
+        endpoint = stack.start(lazy_restore=True) if read_only else stack.start()
     try:
         yield connect_local(str(endpoint), str(stack.stack_name))
     except BaseException:

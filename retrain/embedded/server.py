@@ -106,15 +106,20 @@ def error_response(protocol: str, refused: RequestRefusedError) -> tuple[int, li
 class GatedApplication:
     """WSGI middleware: the gatekeeper decides, moto serves what it lets through."""
 
-    def __init__(self, app: WsgiApp, gatekeeper: Gatekeeper) -> None:
+    def __init__(
+        self, app: WsgiApp, gatekeeper: Gatekeeper, before: Callable[[str, str], None] | None = None
+    ) -> None:
         self.app = app
         self.gatekeeper = gatekeeper
+        self.before = before
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         signed = signer(environ)
         if signed is None or str(environ.get("PATH_INFO", "")).startswith("/moto-api"):
             return self.app(environ, start_response)
         key, service = signed
+        if self.before is not None:
+            self.before(key, service)
         body = _body(environ)
         environ["wsgi.input"] = io.BytesIO(body)
         try:
@@ -136,8 +141,15 @@ class GatedApplication:
         return self.app(environ, start_response)
 
 
-def gated_moto_server(gatekeeper: Gatekeeper, *, ip_address: str, port: int) -> Any:
-    """A started ThreadedMotoServer whose application is gated."""
+def gated_moto_server(
+    gatekeeper: Gatekeeper,
+    *,
+    ip_address: str,
+    port: int,
+    before: Callable[[str, str], None] | None = None,
+) -> Any:
+    """A started ThreadedMotoServer whose application is gated; `before` (access key, signing service)
+    sees every signed request before it is served."""
     from moto.moto_server.threaded_moto_server import ThreadedMotoServer
     from moto.moto_server.werkzeug_app import (
         DomainDispatcherApplication,
@@ -147,7 +159,7 @@ def gated_moto_server(gatekeeper: Gatekeeper, *, ip_address: str, port: int) -> 
 
     class GatedMotoServer(ThreadedMotoServer):
         def _server_entry(self) -> None:
-            app = GatedApplication(DomainDispatcherApplication(create_backend_app), gatekeeper)
+            app = GatedApplication(DomainDispatcherApplication(create_backend_app), gatekeeper, before)
             self._server = make_server(
                 self._ip_address, self._port, app, True, request_handler=MotoRequestHandler
             )

@@ -6,6 +6,12 @@ stack is re-created from the template on every start (with the same physical nam
 version, oldest first, so each key's newest content is current again; moto assigns new version ids),
 the items of its tables and the CloudWatch Logs events of the job and function log groups. The
 SageMaker emulator and the FSx emulation keep their own records on disk.
+
+What is saved can be pruned (``Pruning``, the embedded stack's choice): only each key's current content,
+as no reader of this project asks S3 for an older version (and a restore cannot give back version ids
+anyway), and none of the objects under prefixes whose only reader is gone (the checkpoints of training
+jobs that ended). Restoring comes in two parts, so a command that reads the tables only (``retrain
+runs``) need not wait for the buckets: ``restore_records`` (tables, logs) and ``restore_buckets``.
 """
 
 from __future__ import annotations
@@ -14,7 +20,9 @@ import base64
 import contextlib
 import json
 import shutil
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -22,6 +30,19 @@ LOG_GROUP_PREFIXES: Final = ("/aws/sagemaker/", "/aws/lambda/")
 # Objects moved at once: the server hashes and copies large bodies (checkpoints) with the GIL released,
 # so a few threads finish sooner than one, also on 2 cores (bench/snapshot.py).
 TRANSFER_THREADS: Final = 4
+BATCH_WRITE_ITEMS: Final = 25  # DynamoDB's limit
+
+
+@dataclass(frozen=True)
+class Pruning:
+    """What a snapshot leaves out: with ``current_only`` a key's older versions (and a key whose current
+    version is a delete marker); and the keys under ``dropped`` (bucket -> key prefixes)."""
+
+    current_only: bool = False
+    dropped: Mapping[str, Sequence[str]] = field(default_factory=dict)
+
+    def keeps(self, bucket: str, key: str) -> bool:
+        return not any(key.startswith(prefix) for prefix in self.dropped.get(bucket, ()))
 
 
 def save(
@@ -33,13 +54,15 @@ def save(
     buckets: list[str],
     tables: list[str],
     threads: int = TRANSFER_THREADS,
+    pruning: Pruning | None = None,
 ) -> None:
-    """Write the stack's data under ``directory`` (replacing an older snapshot atomically)."""
+    """Write the stack's data under ``directory`` (replacing an older snapshot atomically); every version
+    of every object unless ``pruning`` says otherwise."""
     tmp = directory.with_name(directory.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "s3").mkdir(parents=True)
     for bucket in buckets:
-        _save_bucket(tmp / "s3" / bucket, s3_client, bucket, threads)
+        _save_bucket(tmp / "s3" / bucket, s3_client, bucket, threads, pruning or Pruning())
     items = {table: _scan(dynamodb_client, table) for table in tables}
     (tmp / "dynamodb.json").write_text(json.dumps(items), encoding="utf-8")
     (tmp / "logs.json").write_text(json.dumps(_logs(logs_client)), encoding="utf-8")
@@ -60,18 +83,36 @@ def restore(
     threads: int = TRANSFER_THREADS,
 ) -> bool:
     """Put a snapshot back into freshly created resources; False when there is none."""
+    if not restore_records(directory, dynamodb_client=dynamodb_client, logs_client=logs_client):
+        return False
+    restore_buckets(directory, s3_client=s3_client, threads=threads)
+    return True
+
+
+def restore_records(directory: Path, *, dynamodb_client: Any, logs_client: Any) -> bool:
+    """The tables' items and the log events of a snapshot; False when there is none."""
     if not (directory / "dynamodb.json").exists():
         return False
-    for bucket_dir in sorted((directory / "s3").iterdir()):
-        _restore_bucket(bucket_dir, s3_client, bucket_dir.name, threads)
     for table, items in json.loads((directory / "dynamodb.json").read_text(encoding="utf-8")).items():
-        for item in items:
-            dynamodb_client.put_item(TableName=table, Item=_decode_binary(item))
+        _put_items(dynamodb_client, table, [_decode_binary(item) for item in items])
     _restore_logs(logs_client, json.loads((directory / "logs.json").read_text(encoding="utf-8")))
     return True
 
 
-def _save_bucket(target: Path, s3_client: Any, bucket: str, threads: int) -> None:
+def has_objects(directory: Path) -> bool:
+    """Whether a snapshot holds any bucket to put back."""
+    return (directory / "dynamodb.json").exists() and any((directory / "s3").iterdir())
+
+
+def restore_buckets(directory: Path, *, s3_client: Any, threads: int = TRANSFER_THREADS) -> None:
+    """The objects of a snapshot's buckets (nothing when there is no snapshot)."""
+    if not (directory / "dynamodb.json").exists():
+        return
+    for bucket_dir in sorted((directory / "s3").iterdir()):
+        _restore_bucket(bucket_dir, s3_client, bucket_dir.name, threads)
+
+
+def _save_bucket(target: Path, s3_client: Any, bucket: str, threads: int, pruning: Pruning) -> None:
     target.mkdir(parents=True)
     by_key: dict[str, list[dict[str, Any]]] = {}
     paginator = s3_client.get_paginator("list_object_versions")
@@ -88,7 +129,12 @@ def _save_bucket(target: Path, s3_client: Any, bucket: str, threads: int) -> Non
                     **({"Deleted": True} if deleted else {}),
                 }
             )
-    entries = [entry for versions in by_key.values() for entry in _oldest_first(versions)]
+    entries = [
+        entry
+        for key, versions in by_key.items()
+        if pruning.keeps(bucket, key)
+        for entry in _kept(_oldest_first(versions), current_only=pruning.current_only)
+    ]
 
     def fetch(index: int, entry: dict[str, Any]) -> None:
         if entry.get("Deleted"):
@@ -107,6 +153,14 @@ def _oldest_first(versions: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One key's versions in the order they were written. S3 lists a key's versions newest first but
     stamps them to the second, so the listing order breaks ties, and the latest one goes last."""
     return sorted(reversed(versions), key=lambda e: (e["IsLatest"], e["LastModified"]))
+
+
+def _kept(versions: list[dict[str, Any]], *, current_only: bool) -> list[dict[str, Any]]:
+    """A key's versions to save, oldest first: all, or its current one (none when it is deleted)."""
+    if not current_only:
+        return versions
+    current = versions[-1:]
+    return [] if current and current[0].get("Deleted") else current
 
 
 def _restore_bucket(source: Path, s3_client: Any, bucket: str, threads: int) -> None:
@@ -129,6 +183,16 @@ def _restore_bucket(source: Path, s3_client: Any, bucket: str, threads: int) -> 
 
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(put_back, by_key.values()))
+
+
+def _put_items(dynamodb_client: Any, table: str, items: list[dict[str, Any]]) -> None:
+    """BatchWriteItem, 25 items a request (a ledger holds two items per upload: thousands)."""
+    for start in range(0, len(items), BATCH_WRITE_ITEMS):
+        requests = {
+            table: [{"PutRequest": {"Item": item}} for item in items[start : start + BATCH_WRITE_ITEMS]]
+        }
+        while requests:
+            requests = dynamodb_client.batch_write_item(RequestItems=requests).get("UnprocessedItems") or {}
 
 
 def _scan(dynamodb_client: Any, table: str) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import socket
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -66,6 +67,8 @@ REPO_ROOT: Final = Path(__file__).resolve().parents[2]
 DEFAULT_STATE_DIR: Final = Path(".retrain")
 DEFAULT_STACK_NAME: Final = "retrain"
 LOCAL_KEY: Final = "retrain-local"
+# The access key the lazy restore signs with: its own requests must not wait for it.
+RESTORE_KEY: Final = "retrain-restore"
 _ECR_IMAGE: Final = re.compile(
     r"^(?P<registry>[0-9]{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?/(?P<repository>[^:@]+)"
 )
@@ -125,6 +128,9 @@ class EmbeddedStack:
         )
         self._role_clients: dict[str, tuple[Any, Any]] = {}
         self._events_client: Any = None
+        # Set by start(lazy_restore=True) until the saved objects are back in the buckets.
+        self._objects_pending = False
+        self._restore_lock = threading.Lock()
 
     def client(self, service: str, *, role_arn: str | None = None) -> Any:
         """A client on the stack's endpoint: the operator's, or signed as one of the stack's roles."""
@@ -170,19 +176,23 @@ class EmbeddedStack:
         return self._role_clients[role_arn]
 
     # -- lifetime
-    def start(self) -> str:
-        """Start everything; the endpoint URL to give boto3 (AWS_ENDPOINT_URL)."""
+    def start(self, *, lazy_restore: bool = False) -> str:
+        """Start everything; the endpoint URL to give boto3 (AWS_ENDPOINT_URL).
+
+        With ``lazy_restore`` the saved objects go back into the buckets on the first S3 request (by anyone
+        but the restore itself) rather than now, so a command that reads the tables alone (``retrain
+        runs``) never waits for them; the tables and logs are restored before this returns either way."""
         if not self.template.exists():
             raise EmbeddedStackError(f"no template at {self.template}: run retrain from the repository root")
         self.state_dir.mkdir(parents=True, exist_ok=True)
         try:
-            self._start()
+            self._start(lazy_restore)
         except BaseException:
             self.stop(save=False)
             raise
         return self.endpoint_url
 
-    def _start(self) -> None:
+    def _start(self, lazy_restore: bool) -> None:
         from moto.core.config import default_user_config
 
         # The ASL interpreter calls back into this server at localhost:MOTO_PORT.
@@ -192,7 +202,9 @@ class EmbeddedStack:
         # after use and warns ("Connection pool is full"): no request is lost, so the demo stays quiet.
         logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
         default_user_config["stepfunctions"] = {"execute_state_machine": True}
-        self._server = gated_moto_server(self.gatekeeper, ip_address="127.0.0.1", port=self.port)
+        self._server = gated_moto_server(
+            self.gatekeeper, ip_address="127.0.0.1", port=self.port, before=self._before_request
+        )
 
         s3 = self.client("s3")
         s3.create_bucket(Bucket=DEPLOY_BUCKET)
@@ -230,16 +242,40 @@ class EmbeddedStack:
             LOG.warning("SageMaker HTTP API not routed to the emulator: %s", error)
             self.degraded.append(f"sagemaker-http-api: {error}")
         self._provision(s3)
-        snapshot.restore(
-            self.state_dir / "snapshot",
-            s3_client=s3,
-            dynamodb_client=self.client("dynamodb"),
-            logs_client=self.client("logs"),
+        saved = self.state_dir / "snapshot"
+        snapshot.restore_records(
+            saved, dynamodb_client=self.client("dynamodb"), logs_client=self.client("logs")
         )
-        assert self.wiring is not None
-        apply_notifications(self.wiring, s3)
+        if lazy_restore and snapshot.has_objects(saved):
+            self._objects_pending = True
+        else:
+            self._restore_objects(s3)
         self._start_event_sources()
         job_events.start()
+
+    def _restore_objects(self, s3: Any) -> None:
+        """The saved objects back into the buckets, then the buckets' notifications (the objects put back
+        are no new uploads)."""
+        assert self.wiring is not None
+        snapshot.restore_buckets(self.state_dir / "snapshot", s3_client=s3)
+        apply_notifications(self.wiring, s3)
+
+    def _before_request(self, access_key: str, service: str) -> None:
+        """Every signed request, before it is served: the first S3 one waits for the lazy restore."""
+        if not self._objects_pending or service != "s3" or access_key == RESTORE_KEY:
+            return
+        with self._restore_lock:
+            if self._objects_pending:
+                began = time.monotonic()
+                self._restore_objects(self._restore_client())
+                self._objects_pending = False
+                LOG.info("restored the saved objects in %.1f s", time.monotonic() - began)
+
+    def _restore_client(self) -> Any:
+        session = boto3.session.Session(
+            aws_access_key_id=RESTORE_KEY, aws_secret_access_key=RESTORE_KEY, region_name=REGION
+        )
+        return session.client("s3", endpoint_url=self.endpoint_url, config=Config(max_pool_connections=32))
 
     def _sagemaker(self, s3: Any) -> Any:
         from retrain.embedded.sagemaker import JobContext, SageMakerEmulator, SpotSchedule
@@ -253,6 +289,7 @@ class EmbeddedStack:
             code_dir=REPO_ROOT / "training_image",
             spot=self.spot if self.spot is not None else SpotSchedule(),
             role_session=self._role_session,
+            keep_instance_files=False,
         )
         return SageMakerEmulator(self.state_dir / "sagemaker", context, region=REGION)
 
@@ -436,6 +473,8 @@ class EmbeddedStack:
 
     def _save(self) -> None:
         assert self.wiring is not None
+        # Never save buckets that a lazy restore has not filled yet.
+        self._before_request(LOCAL_KEY, "s3")
         cfn = self.client("cloudformation")
         resources = cfn.describe_stack_resources(StackName=self.stack_name)["StackResources"]
         buckets = [r["PhysicalResourceId"] for r in resources if r["ResourceType"] == "AWS::S3::Bucket"]
@@ -446,6 +485,10 @@ class EmbeddedStack:
             logs_client=self.client("logs"),
             buckets=buckets,
             tables=list(self.wiring.tables.values()),
+            pruning=snapshot.Pruning(
+                current_only=True,
+                dropped=self.sagemaker.ended_checkpoint_prefixes() if self.sagemaker is not None else {},
+            ),
         )
 
     def __enter__(self) -> EmbeddedStack:

@@ -23,7 +23,8 @@ from retrain.embedded.sagemaker.errors import (
 )
 from retrain.embedded.sagemaker.registry import ModelRegistry, _page
 from retrain.embedded.sagemaker.responses import INTERRUPTIONS_FIELD
-from retrain.embedded.sagemaker.scheduler import JobScheduler, SchedulerSettings
+from retrain.embedded.sagemaker.s3io import S3Uri
+from retrain.embedded.sagemaker.scheduler import ACTIVE, JobScheduler, SchedulerSettings
 from retrain.embedded.sagemaker.training import JobContext, JobControl
 from retrain.embedded.sagemaker.tuning import TUNING_OPERATION
 from retrain.embedded.sagemaker.validation import (
@@ -87,6 +88,22 @@ class SageMakerEmulator:
     def close(self, timeout: float = 60.0) -> None:
         """Stop every running job (as StopTrainingJob would) and wait for them."""
         self.jobs.close(timeout)
+
+    def ended_checkpoint_prefixes(self) -> dict[str, list[str]]:
+        """bucket -> the CheckpointConfig prefixes that only ended training jobs write: no job can resume
+        from them any more (a job is never resumed after it ended, nor after a restart of the runtime)."""
+        ended: set[tuple[str, str]] = set()
+        active: set[tuple[str, str]] = set()
+        for _, record in self.jobs.snapshots("training"):
+            uri = (record["request"].get("CheckpointConfig") or {}).get("S3Uri")
+            if uri:
+                location = S3Uri.parse(uri)
+                where = (location.bucket, location.key.rstrip("/") + "/")
+                (active if record["TrainingJobStatus"] in ACTIVE else ended).add(where)
+        prefixes: dict[str, list[str]] = {}
+        for bucket, prefix in sorted(ended - active):
+            prefixes.setdefault(bucket, []).append(prefix)
+        return prefixes
 
     # -- training jobs -----------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from retrain.embedded.sagemaker.training import (
     JobControl,
     JobFailedError,
     Updater,
+    drop_instance_files,
     rewrite_local_path,
 )
 from retrain_contract import container as contract
@@ -101,6 +102,9 @@ class ProcessingRun:
             status = "Stopped"
         except Exception as exc:
             status, reason = "Failed", f"InternalServerError: {type(exc).__name__}: {exc}"
+        finally:
+            if not self.ctx.keep_instance_files:
+                drop_instance_files(self.job_dir)
         changes: dict[str, Any] = {"ProcessingEndTime": time.time(), "ProcessingJobStatus": status}
         if reason is not None:
             changes["FailureReason"] = reason[: contract.FAILURE_REASON_LIMIT]

@@ -76,6 +76,12 @@ class JobContext:
     faults: SageMakerFaults = field(default_factory=NoFaults)
     grace_seconds: float | None = None
     role_session: RoleSession | None = None
+    # Whether a job's instance files (/opt/ml: the downloaded channels, the model and output directories,
+    # the local checkpoints; the archives it uploaded) stay on disk after the job ends. SageMaker discards
+    # the instance; its model, output and checkpoints are in S3 and its logs in CloudWatch Logs. The
+    # embedded stack drops them (its state would grow by every job's data and weights); left as they
+    # are, tests can inspect what a job saw. The job's local logs stay either way.
+    keep_instance_files: bool = True
     # Processing jobs (evaluations, checkpoint evaluations, rule checks) at once: one per core. On
     # SageMaker each has its own instance; here they share this machine's cores with the training jobs,
     # and more processes than cores only make each slower.
@@ -154,6 +160,18 @@ def rewrite_local_path(local_path: str, base: Path) -> Path:
     if not local_path.startswith(prefix):
         raise ValueError(f"{local_path!r} is not under {contract.DEFAULT_BASE_DIR}")
     return base / local_path[len(prefix) :]
+
+
+# What a job directory holds besides its logs (and rule results): the instance's /opt/ml tree and the
+# archives of its model and output as uploaded.
+INSTANCE_DIRS = ("opt", "artifacts")
+
+
+def drop_instance_files(job_dir: Path) -> None:
+    """Remove what an ended job's instance held; a channel that is a mounted file system (a symlink) is
+    unlinked, never followed."""
+    for name in INSTANCE_DIRS:
+        shutil.rmtree(job_dir / name, ignore_errors=True)
 
 
 def checkpoint_steps(root: Path, job_name: str) -> list[int]:
@@ -308,7 +326,11 @@ class TrainingRun:
                 "Failed",
                 f"InternalServerError: {type(exc).__name__}: {exc}",
             )
-        self._finish(status, secondary, reason)
+        try:
+            self._finish(status, secondary, reason)
+        finally:
+            if not self.ctx.keep_instance_files:
+                drop_instance_files(self.job_dir)
 
     def _as_execution_role(self) -> JobContext:
         image = str(self.request["AlgorithmSpecification"].get("TrainingImage", ""))

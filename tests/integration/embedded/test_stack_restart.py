@@ -73,3 +73,50 @@ def test_restored_objects_do_not_replay_their_upload_events(tmp_path: Path) -> N
 
     assert "Item" not in item
     assert queue == {"ApproximateNumberOfMessages": "0", "ApproximateNumberOfMessagesNotVisible": "0"}
+
+
+def test_a_lazy_restore_gives_the_tables_at_once_and_the_objects_on_the_first_s3_request(
+    tmp_path: Path,
+) -> None:
+    key = "data/digits/3/three.png"
+    with EmbeddedStack(tmp_path, template=FIXTURE, stack_name=STACK) as first:
+        outputs = _outputs(first)
+        dynamodb = first.client("dynamodb")
+        first.client("s3").put_object(Bucket=outputs["DataBucketName"], Key=key, Body=b"3")
+        deadline = time.monotonic() + 120
+        while _state(dynamodb, outputs["ItemsTableName"], key) != "marked":
+            assert time.monotonic() < deadline, "the upload was never ingested and marked"
+            time.sleep(0.3)
+
+    # GIVEN a stack started for a read-only command
+    second = EmbeddedStack(tmp_path, template=FIXTURE, stack_name=STACK)
+    second.start(lazy_restore=True)
+    try:
+        # WHEN it reads the tables THEN their items are there, and no object was put back yet
+        assert _state(second.client("dynamodb"), outputs["ItemsTableName"], key) == "marked"
+        pending_after_tables = second._objects_pending
+        # AND the first S3 request gets the objects (put back without replaying their upload events)
+        body = second.client("s3").get_object(Bucket=outputs["DataBucketName"], Key=key)["Body"].read()
+        time.sleep(3)
+        queue = second.client("sqs").get_queue_attributes(
+            QueueUrl=second.wiring.queues["IngestQueue"] if second.wiring else "",
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+    finally:
+        second.stop(save=False)
+
+    assert pending_after_tables
+    assert body == b"3"
+    assert queue == {"ApproximateNumberOfMessages": "0", "ApproximateNumberOfMessagesNotVisible": "0"}
+
+
+def test_a_stack_saves_the_objects_a_lazy_restore_had_not_put_back_yet(tmp_path: Path) -> None:
+    with EmbeddedStack(tmp_path, template=FIXTURE, stack_name=STACK) as first:
+        outputs = _outputs(first)
+        first.client("s3").put_object(Bucket=outputs["DataBucketName"], Key="notes/kept.txt", Body=b"kept")
+    second = EmbeddedStack(tmp_path, template=FIXTURE, stack_name=STACK)
+    second.start(lazy_restore=True)
+    second.stop()  # saves, with no S3 request in between
+    with EmbeddedStack(tmp_path, template=FIXTURE, stack_name=STACK) as third:
+        body = third.client("s3").get_object(Bucket=outputs["DataBucketName"], Key="notes/kept.txt")["Body"]
+        assert body.read() == b"kept"

@@ -96,3 +96,30 @@ def test_a_restored_stack_has_every_version_item_and_log_event_it_saved(tmp_path
 def test_a_state_directory_without_a_snapshot_restores_nothing(tmp_path: Path) -> None:
     with mock_aws():
         assert not snapshot.restore(tmp_path / "snapshot", **clients())
+
+
+def test_a_pruned_snapshot_keeps_current_objects_outside_the_dropped_prefixes(tmp_path: Path) -> None:
+    saved = tmp_path / "snapshot"
+    with mock_aws():
+        # GIVEN overwritten and deleted keys, and checkpoints of two runs
+        c = clients()
+        create_resources(c)
+        s3 = c["s3_client"]
+        for body in ("first", "second"):
+            s3.put_object(Bucket=BUCKET, Key="runs/record.json", Body=body.encode())
+        s3.put_object(Bucket=BUCKET, Key="runs/gone.txt", Body=b"soon deleted")
+        s3.delete_object(Bucket=BUCKET, Key="runs/gone.txt")
+        for run in ("run-1", "run-10"):
+            s3.put_object(Bucket=BUCKET, Key=f"checkpoints/{run}/job/ckpt-1.pt", Body=b"weights")
+        # WHEN it is saved without old versions and without run-1's checkpoints
+        pruning = snapshot.Pruning(current_only=True, dropped={BUCKET: ["checkpoints/run-1/"]})
+        snapshot.save(saved, buckets=[BUCKET], tables=[TABLE], pruning=pruning, **c)
+    with mock_aws():
+        c = clients()
+        create_resources(c)
+        assert snapshot.restore(saved, **c)
+        # THEN each kept key has its current content only; the deleted key and the dropped prefix are gone
+        assert versions(c["s3_client"]) == {
+            "runs/record.json": ["second"],
+            "checkpoints/run-10/job/ckpt-1.pt": ["weights"],
+        }

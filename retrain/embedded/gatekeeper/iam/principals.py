@@ -81,7 +81,7 @@ def managed_policy(arn: str) -> Mapping[str, Any]:
 def _document(raw: Any) -> Mapping[str, Any]:
     """A policy document as moto keeps it: a dict, JSON text, or (from CloudFormation) a dict's repr."""
     if isinstance(raw, Mapping):
-        return raw
+        return _without_no_value(raw)
     text = str(raw)
     try:
         loaded = json.loads(text)
@@ -89,7 +89,16 @@ def _document(raw: Any) -> Mapping[str, Any]:
         loaded = ast.literal_eval(text)
     if not isinstance(loaded, Mapping):
         raise ValueError(f"not a policy document: {text[:80]!r}")
-    return loaded
+    return _without_no_value(loaded)
+
+
+def _without_no_value(document: Mapping[str, Any]) -> Mapping[str, Any]:
+    """moto's CloudFormation keeps a statement that resolved to AWS::NoValue (!If [cond, s, !Ref
+    AWS::NoValue]) as null; CloudFormation leaves it out, and the evaluator cannot read a null one."""
+    statements = document.get("Statement")
+    if not isinstance(statements, list) or all(s is not None for s in statements):
+        return document
+    return {**document, "Statement": [s for s in statements if s is not None]}
 
 
 class Principals:

@@ -8,7 +8,12 @@ from moto.iam.aws_managed_policies import aws_managed_policies_data
 
 from retrain.dev.template_model import load
 from retrain.embedded.gatekeeper.iam.evaluator import Policy
-from retrain.embedded.gatekeeper.iam.principals import Principals, access_key_for, managed_policy_documents
+from retrain.embedded.gatekeeper.iam.principals import (
+    Principals,
+    _document,
+    access_key_for,
+    managed_policy_documents,
+)
 
 
 def test_the_vendored_managed_policies_are_awss_documents() -> None:
@@ -38,3 +43,11 @@ def test_a_roles_access_key_names_it_and_any_other_key_is_the_operator() -> None
         "arn:aws:sts::123456789012:assumed-role/retrain-IngestFunctionRole-ABC/retrain-embedded"
     )
     assert principals.for_access_key("retrain-local") is None
+
+
+def test_a_statement_moto_kept_as_null_for_no_value_is_left_out() -> None:
+    # GIVEN an inline policy as moto's CloudFormation stores it when an !If gave AWS::NoValue
+    kept = {"Effect": "Allow", "Action": "s3:GetObject", "Resource": "*"}
+    for raw in ({"Version": "2012-10-17", "Statement": [kept, None]}, repr({"Statement": [None, kept]})):
+        # THEN the document the evaluator gets has the real statements only
+        assert _document(raw)["Statement"] == [kept]
