@@ -230,6 +230,17 @@ def ended_without_record(deployment: Deployment, facts: RunFacts) -> None:
             facts.stopped = facts.stopped or stopped.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def execution_phases(deployment: Deployment, execution_arn: str) -> list[timing.Phase]:
+    """The run's phases, or none when Step Functions no longer holds its execution (the embedded stack
+    keeps executions in memory only, so a restarted one has lost them; AWS keeps them 90 days)."""
+    try:
+        return timing.run_phases(deployment.client("stepfunctions"), execution_arn)
+    except botocore.exceptions.ClientError as error:
+        if error.response.get("Error", {}).get("Code") != "ExecutionDoesNotExist":
+            raise
+        return []
+
+
 def collect(
     deployment: Deployment,
     record: runs.RunRecord,
@@ -281,7 +292,7 @@ def collect(
         ended_without_record(deployment, facts)
     facts.accepted, facts.rejected = uploads(ledger_rows(deployment, facts.dataset), upload_keys)
     if facts.execution_arn:
-        facts.phases = timing.run_phases(deployment.client("stepfunctions"), facts.execution_arn)
+        facts.phases = execution_phases(deployment, facts.execution_arn)
     if facts.tuning_job:
         facts.trials = tuning_trials(sagemaker, facts.tuning_job)
         tuning = sagemaker.describe_hyper_parameter_tuning_job(HyperParameterTuningJobName=facts.tuning_job)

@@ -68,3 +68,18 @@ def test_the_demo_table_lists_its_steps_with_the_runs_phases_under_the_run() -> 
     text = console.export_text()
     assert text.index("upload") < text.index(demo.RUN_PHASE) < text.index("  tuning") < text.index("total")
     assert "110" in text
+
+
+def test_a_run_whose_execution_is_gone_has_no_phases_and_the_report_still_builds() -> None:
+    import boto3
+    from moto import mock_aws
+
+    from retrain.collect import execution_phases
+
+    class _Deployment:
+        def client(self, service: str) -> object:
+            return boto3.client(service, region_name="us-east-1")
+
+    with mock_aws():
+        gone = "arn:aws:states:us-east-1:123456789012:execution:retrain-training:run-1"
+        assert execution_phases(_Deployment(), gone) == []  # type: ignore[arg-type]
