@@ -80,6 +80,7 @@ bench: setup
 	$(BIN)/python bench/snapshot.py --append BENCHMARKS.md
 	$(BIN)/python bench/gatekeeper.py --append BENCHMARKS.md
 	$(BIN)/python bench/ingest.py --append BENCHMARKS.md
+	$(BIN)/python bench/transfer.py --append BENCHMARKS.md
 
 image:
 	docker build -f training_image/Dockerfile -t retrain-training:latest .
