@@ -93,7 +93,7 @@ class ProcessingRun:
         try:
             self._as_execution_role()
             self._prepare()
-            with self.ctx.processing_slots:  # waits for a core, as a job waits for its instance
+            with self.ctx.processing_slots or contextlib.nullcontext():  # a free slot, when bounded
                 exit_message = self._execute(time.time())
             self._upload_outputs()
         except JobFailedError as exc:

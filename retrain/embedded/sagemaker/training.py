@@ -82,12 +82,11 @@ class JobContext:
     # embedded stack drops them (its state would grow by every job's data and weights); left as they
     # are, tests can inspect what a job saw. The job's local logs stay either way.
     keep_instance_files: bool = True
-    # Processing jobs (evaluations, checkpoint evaluations, rule checks) at once: one per core. On
-    # SageMaker each has its own instance; here they share this machine's cores with the training jobs,
-    # and more processes than cores only make each slower.
-    processing_slots: threading.BoundedSemaphore = field(
-        default_factory=lambda: threading.BoundedSemaphore(os.cpu_count() or 1)
-    )
+    # Processing jobs (evaluations, checkpoint evaluations, rule checks) running at once, or None for no
+    # bound. On SageMaker each has its own instance. A first-come bound of one per core made the demo
+    # slower: the run's own challenger evaluation queued behind the backlog of checkpoint evaluations.
+    # A bound must let the run's path go first.
+    processing_slots: threading.BoundedSemaphore | None = None
 
     @property
     def stop_grace_seconds(self) -> float:
