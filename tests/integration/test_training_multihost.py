@@ -8,20 +8,18 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 from retrain_contract import container as contract
 from retrain_training import models
+from tests.integration.test_training_ddp import free_port, weights, write_images
 
 pytestmark = [pytest.mark.slow]
 
@@ -50,16 +48,6 @@ ARGS = [part for name, value in HYPERPARAMETERS.items() for part in (f"--{name}"
 TIMEOUT_S = 300
 
 
-def write_images(root: Path, per_label: int = 24) -> None:
-    rng = np.random.default_rng(1)
-    for label in ("cat", "dog"):
-        (root / label).mkdir(parents=True)
-        for i in range(per_label):
-            Image.fromarray(rng.integers(0, 256, size=(36, 36, 3), dtype=np.uint8)).save(
-                root / label / f"{i}.png"
-            )
-
-
 @pytest.fixture(scope="module")
 def channels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The train channel, and a pretrained channel holding a champion-like model.pt of other weights."""
@@ -74,12 +62,6 @@ def channels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
     torch.save(start, root / "pretrained" / START)
     return {"train": root / "train", "pretrained": root / "pretrained"}
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def environment(base: Path, channels: Mapping[str, Path], extra: Mapping[str, str]) -> dict[str, str]:
@@ -131,10 +113,6 @@ def start_hosts(root: Path, channels: Mapping[str, Path]) -> list[subprocess.Pop
 
 def logs(root: Path) -> str:
     return "\n".join((root / host / "launcher.log").read_text() for host in HOSTS)
-
-
-def weights(base: Path) -> dict[str, torch.Tensor]:
-    return torch.load(base / "model" / contract.MODEL_FILE, weights_only=True)["state_dict"]
 
 
 def checkpoints(base: Path) -> list[str]:

@@ -48,18 +48,22 @@ def test_data_survives_a_restart_under_the_same_names(tmp_path: Path) -> None:
     assert "Item" in item
 
 
+def _upload_and_wait_until_marked(stack: EmbeddedStack, outputs: dict[str, str], key: str) -> None:
+    """Ingest writes the item and starts the flow, whose last state marks it: wait for both to end."""
+    dynamodb = stack.client("dynamodb")
+    stack.client("s3").put_object(Bucket=outputs["DataBucketName"], Key=key, Body=b"3")
+    deadline = time.monotonic() + 120
+    while _state(dynamodb, outputs["ItemsTableName"], key) != "marked":
+        assert time.monotonic() < deadline, "the upload was never ingested and marked"
+        time.sleep(0.3)
+
+
 def test_restored_objects_do_not_replay_their_upload_events(tmp_path: Path) -> None:
     key = "data/digits/3/three.png"
     with EmbeddedStack(tmp_path, template=FIXTURE, stack_name=STACK) as first:
         outputs = _outputs(first)
-        dynamodb = first.client("dynamodb")
-        first.client("s3").put_object(Bucket=outputs["DataBucketName"], Key=key, Body=b"3")
-        # Ingest writes the item and starts the flow, whose last state marks it: wait for both to end.
-        deadline = time.monotonic() + 120
-        while _state(dynamodb, outputs["ItemsTableName"], key) != "marked":
-            assert time.monotonic() < deadline, "the upload was never ingested and marked"
-            time.sleep(0.3)
-        dynamodb.delete_item(TableName=outputs["ItemsTableName"], Key={"key": {"S": key}})
+        _upload_and_wait_until_marked(first, outputs, key)
+        first.client("dynamodb").delete_item(TableName=outputs["ItemsTableName"], Key={"key": {"S": key}})
 
     with EmbeddedStack(tmp_path, template=FIXTURE, stack_name=STACK) as second:
         time.sleep(3)  # an event replayed at restore would be ingested well within this
@@ -81,12 +85,7 @@ def test_a_lazy_restore_gives_the_tables_at_once_and_the_objects_on_the_first_s3
     key = "data/digits/3/three.png"
     with EmbeddedStack(tmp_path, template=FIXTURE, stack_name=STACK) as first:
         outputs = _outputs(first)
-        dynamodb = first.client("dynamodb")
-        first.client("s3").put_object(Bucket=outputs["DataBucketName"], Key=key, Body=b"3")
-        deadline = time.monotonic() + 120
-        while _state(dynamodb, outputs["ItemsTableName"], key) != "marked":
-            assert time.monotonic() < deadline, "the upload was never ingested and marked"
-            time.sleep(0.3)
+        _upload_and_wait_until_marked(first, outputs, key)
 
     # GIVEN a stack started for a read-only command
     second = EmbeddedStack(tmp_path, template=FIXTURE, stack_name=STACK)
