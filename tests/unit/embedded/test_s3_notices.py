@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -55,3 +56,16 @@ def test_an_upload_a_re_upload_and_a_deletion_arrive_in_order_with_s3s_fields() 
     notices = [parse_body(json.dumps(e))[0] for e in (created, again, deleted)]
     assert notices[0].sequencer < notices[1].sequencer < notices[2].sequencer
     assert notices[2].removed and not notices[1].removed and notices[1].etag
+
+
+def test_a_multipart_upload_is_one_object_created_event(tmp_path: Path) -> None:
+    # moto stores a completed multipart upload with its PutObject code (which notifies) and then sends
+    # CompleteMultipartUpload's event; S3 sends one event, and counting checkpoints relies on that.
+    big = tmp_path / "ckpt.pt"
+    big.write_bytes(b"w" * (9 << 20))  # over boto3's 8 MiB multipart threshold
+
+    def actions(s3: Any) -> None:
+        s3.upload_file(str(big), "data", "checkpoints/run/ckpt-000000001.pt")
+
+    created = [e for e in _events(actions) if e["detail-type"] == "Object Created"]
+    assert [e["detail"]["reason"] for e in created] == ["CompleteMultipartUpload"]
