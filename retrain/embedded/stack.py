@@ -59,6 +59,7 @@ from retrain.embedded.provisioning.sam import (
     translate,
 )
 from retrain.embedded.provisioning.wiring import Wiring, apply_notifications, unwired, wire
+from retrain.embedded.s3files import InputCache
 from retrain.embedded.server import gated_moto_server
 from retrain.embedded.stepfunctions import integrations
 
@@ -291,6 +292,7 @@ class EmbeddedStack:
             spot=self.spot if self.spot is not None else SpotSchedule(),
             role_session=self._role_session,
             keep_instance_files=False,
+            input_cache=InputCache(self.state_dir / "sagemaker" / "input-cache"),
         )
         return SageMakerEmulator(self.state_dir / "sagemaker", context, region=REGION)
 

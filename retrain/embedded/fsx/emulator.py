@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from botocore.exceptions import ClientError
 
 from retrain.embedded.account import ACCOUNT_ID, REGION
+from retrain.embedded.s3files import get_file
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -285,7 +286,7 @@ class FsxEmulator:
                     try:
                         if not (local.exists() and marker.exists() and marker.read_text() == etag):
                             local.parent.mkdir(parents=True, exist_ok=True)
-                            self._s3.download_file(bucket, key, str(local))
+                            get_file(self._s3, bucket, key, local)
                             marker.write_text(etag)
                         succeeded += 1
                     except (ClientError, OSError) as exc:

@@ -137,7 +137,7 @@ class ProcessingRun:
                 if s3.get("S3DataType", "S3Prefix") == "ManifestFile":
                     count = download_manifest(self.ctx.s3, uri, target)
                 else:
-                    count = download_prefix(self.ctx.s3, uri, target)
+                    count = download_prefix(self.ctx.s3, uri, target, self.ctx.input_cache)
             except Exception as exc:
                 raise JobFailedError(
                     f"ClientError: downloading input {item['InputName']!r} from {uri} failed: {exc}"
@@ -164,6 +164,7 @@ class ProcessingRun:
                 ),
             }
         )
+        env.update(self.ctx.thread_environment())
         env.update({k: str(v) for k, v in (self.request.get("Environment") or {}).items()})
         process = subprocess.Popen(
             command,
