@@ -63,9 +63,9 @@ def find_run(deployment: Deployment, run_id: str, dataset: str | None = None) ->
     return matches[0]
 
 
-def ledger_rows(deployment: Deployment, dataset: str) -> list[dict[str, Any]]:
+def ledger_rows(deployment: Deployment, dataset: str, state: str | None = None) -> list[dict[str, Any]]:
     table = deployment.output(names.STACK_OUTPUTS["ledger_table"])
-    return list(ledger.rows(dataset, table_name=table, client=deployment.client("dynamodb")))
+    return list(ledger.rows(dataset, table_name=table, client=deployment.client("dynamodb"), state=state))
 
 
 def uploads(rows: Iterable[dict[str, Any]], keys: set[str] | None = None) -> tuple[int, list[Rejected]]:

@@ -167,7 +167,7 @@ def snapshot(deployment: Deployment, record: runs.RunRecord, *, now: datetime | 
     ended = _parse_time(record.get("finished_at", "")) if record["status"] in runs.FINAL_STATUSES else None
     if started is not None:
         shot.elapsed_seconds = max(0.0, ((ended or now or datetime.now(UTC)) - started).total_seconds())
-    _, refused = uploads(ledger_rows(deployment, shot.dataset))
+    _, refused = uploads(ledger_rows(deployment, shot.dataset, state=names.STATE_REJECTED))
     shot.rejected = [{"key": r.key, "problem": r.problem, "reason": r.reason} for r in refused]
     shot.excluded_labels = dict(record.get("excluded_labels", {}))
     shot.unreadable = [dict(item) for item in record.get("unreadable_images", [])]

@@ -90,15 +90,24 @@ def pending_stats(dataset: str, *, table_name: str, client: DynamoDBClient) -> P
     return PendingStats(count, edge(True), edge(False))
 
 
-def rows(dataset: str, *, table_name: str, client: DynamoDBClient) -> Iterator[dict[str, Any]]:
-    """Every ledger row of one data set, in key order."""
-    pages = client.get_paginator("query").paginate(
-        TableName=table_name,
-        KeyConditionExpression="#pk = :dataset",
-        ExpressionAttributeNames={"#pk": names.LEDGER_PK},
-        ExpressionAttributeValues=serialize({":dataset": dataset}),
-        ConsistentRead=True,
-    )
+def rows(
+    dataset: str, *, table_name: str, client: DynamoDBClient, state: str | None = None
+) -> Iterator[dict[str, Any]]:
+    """Every ledger row of one data set in key order, or only those in `state` (filtered by DynamoDB, so
+    a reader that wants the few rejected rows does not receive the thousands of others)."""
+    query: dict[str, Any] = {
+        "TableName": table_name,
+        "KeyConditionExpression": "#pk = :dataset",
+        "ExpressionAttributeNames": {"#pk": names.LEDGER_PK},
+        "ExpressionAttributeValues": {":dataset": dataset},
+        "ConsistentRead": True,
+    }
+    if state is not None:
+        query["FilterExpression"] = "#state = :state"
+        query["ExpressionAttributeNames"]["#state"] = "state"
+        query["ExpressionAttributeValues"][":state"] = state
+    query["ExpressionAttributeValues"] = serialize(query["ExpressionAttributeValues"])
+    pages = client.get_paginator("query").paginate(**query)
     for page in pages:
         for item in page["Items"]:
             row = deserialize(item)
