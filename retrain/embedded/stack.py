@@ -31,7 +31,7 @@ from botocore.config import Config
 from retrain.embedded import snapshot
 from retrain.embedded.account import ACCOUNT_ID, REGION
 from retrain.embedded.awslambda.runtime import LambdaRuntime
-from retrain.embedded.events import s3_notices, sqs_retention
+from retrain.embedded.events import s3_notices, sqs_speed
 from retrain.embedded.events.sagemaker_jobs import JobEvents
 from retrain.embedded.events.scheduler import Scheduler
 from retrain.embedded.events.sqs_poller import SqsPoller
@@ -234,7 +234,7 @@ class EmbeddedStack:
         )
         self._exit.enter_context(install_api(self.fsx))
         self._exit.enter_context(s3_notices.installed())
-        self._exit.enter_context(sqs_retention.installed())
+        self._exit.enter_context(sqs_speed.installed())
         from retrain.embedded.sagemaker import api_installed
 
         try:
