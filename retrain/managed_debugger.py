@@ -90,6 +90,11 @@ def template_mapping() -> str:
     return "\n".join(["  DebuggerRuleImages:", *rows, f"# regions with an image: [{supported}]"])
 
 
+def _interval(collection: str, save_interval: int) -> int:
+    """Losses are saved at least every DEBUG_LOSS_INTERVAL steps (the rules average windows of them)."""
+    return min(save_interval, container.DEBUG_LOSS_INTERVAL) if collection == "losses" else save_interval
+
+
 def build_configs(
     region: str,
     *,
@@ -116,7 +121,7 @@ def build_configs(
         container_local_output_path=LOCAL_TENSORS_PATH,
         hook_parameters={"save_interval": str(save_interval)},
         collection_configs=[
-            debugger.CollectionConfig(name, parameters={"save_interval": str(save_interval)})
+            debugger.CollectionConfig(name, parameters={"save_interval": str(_interval(name, save_interval))})
             for name in COLLECTIONS
         ],
     )._to_request_dict()

@@ -139,6 +139,11 @@ MODELS = ("resnet18", "resnet34", "resnet50", MODEL_EFFICIENTNET_LITE0)
 OPTIMIZERS = ("sgd", "adamw")
 LOADERS = ("torch", "dali", "auto")
 
+# Training losses are saved at least this often (the container's hook and the managed DebugHookConfig):
+# they are scalars, and LossNotDecreasing compares means of windows of them, where a window of single
+# batches saved 50 steps apart is mostly noise.
+DEBUG_LOSS_INTERVAL = 5
+
 # Hyperparameter names (script-mode flags).
 HP_MODEL = "model"
 HP_PRETRAINED = "pretrained"

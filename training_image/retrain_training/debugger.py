@@ -58,9 +58,9 @@ def hook_config_path(paths: contract.Paths) -> Path:
 
 
 def build_hook(out_dir: Path, interval: int) -> Hook:
-    """A hook saving losses every `interval` training steps and every evaluation step (validation
-    batches are few and the Overfit rule needs them all), and gradient/weight summaries every
-    `interval` training steps."""
+    """A hook saving losses every `interval` training steps (at most DEBUG_LOSS_INTERVAL) and every
+    evaluation step (validation batches are few and the Overfit rule needs them all), and gradient and
+    weight summaries every `interval` training steps."""
     if interval < 1:
         raise ValueError(f"debug-interval must be a positive number of steps, got {interval}")
     from smdebug import modes
@@ -82,7 +82,7 @@ def build_hook(out_dir: Path, interval: int) -> Hook:
     losses = hook.get_collection(COLLECTION_LOSSES)
     losses.reduction_config = ReductionConfig(save_raw_tensor=True)
     losses.save_config = {
-        modes.TRAIN: SaveConfigMode(save_interval=interval),
+        modes.TRAIN: SaveConfigMode(save_interval=min(interval, contract.DEBUG_LOSS_INTERVAL)),
         modes.EVAL: SaveConfigMode(save_interval=1),
     }
     return hook

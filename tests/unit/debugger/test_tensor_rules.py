@@ -108,3 +108,52 @@ def test_missing_or_empty_tensors_give_error_with_a_clear_detail(tmp_path: Path,
 def test_unknown_rule_names_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown rules"):
         rules.evaluate(tmp_path, tmp_path, names=("DeadRelu",))
+
+
+class _Losses:
+    """A trial of training losses alone, one per step (what LossNotDecreasing reads)."""
+
+    def __init__(self, losses: list[float]) -> None:
+        import logging
+
+        self.losses = losses
+        self.name = "losses"
+        self.logger = logging.getLogger(__name__)
+
+    def tensor_names(self, collection: str | None = None, regex: object = None) -> list[str]:
+        return ["loss"] if collection == "losses" else []
+
+    def tensor(self, name: str) -> _Losses:
+        return self
+
+    def steps(self) -> list[int]:
+        return list(range(len(self.losses)))
+
+    def value(self, step: int) -> float:
+        return self.losses[step]
+
+    def mode(self, step: int) -> object:
+        from smdebug.core.modes import ModeKeys
+
+        return ModeKeys.TRAIN
+
+    def mode_step(self, step: int) -> int:
+        return step
+
+
+def _loss_not_decreasing(losses: list[float]) -> bool:
+    from retrain_training.rules.tensors import LossNotDecreasing
+
+    rule = LossNotDecreasing(_Losses(losses), num_steps=10)
+    return any(rule.invoke_at_step(step) for step in range(len(losses)))
+
+
+def test_the_loss_is_held_against_where_it_started_not_against_one_batch_or_the_last_window() -> None:
+    falling = [1.0 - 0.01 * step for step in range(41)]
+    # A run from trained weights: its first batch's loss is low by chance, the rest fall steadily.
+    assert not _loss_not_decreasing([0.2, *falling[1:]])
+    # A run that learned and levelled off, windows going up and down around 0.5: no issue.
+    assert not _loss_not_decreasing([*falling[:11], *([0.45, 0.55] * 15)])
+    # No learning, or a loss back above where it started: issues.
+    assert _loss_not_decreasing([1.0] * 41)
+    assert _loss_not_decreasing([*falling[:21], *[1.2] * 20])

@@ -155,13 +155,19 @@ def _loss_names(rule: DetailedRule, regex: str | list[str] | None, use_losses_co
 
 
 class LossNotDecreasing(DetailedRule):
-    """Fires when the loss did not fall by more than `diff_percent` over `num_steps` steps.
+    """Fires when, `num_steps` steps or more into training, the loss is not below where it started by
+    more than `diff_percent`.
 
     Managed defaults: num_steps 10, diff_percent 0 (any decrease passes), use_losses_collection true.
-    Training losses are single batches, so the value compared at each check is the mean of the
-    losses saved since the previous check. `mode` defaults to TRAIN rather than the managed rule's
-    EVAL-first order: the hook saves every validation batch as its own EVAL step, and the validation
-    curve is the Overfit rule's. Non-finite losses are ExplodingTensor's, not this rule's.
+    Training losses are single batches, so each check compares window means: the losses saved since the
+    previous check against those of the first `num_steps` steps. Unlike the managed rule, which compares
+    each window with the one before it, a run whose loss fell and then levelled off does not fire (at a
+    plateau, windows of a few batches go up as often as down, and the managed rule fires there by
+    design, to stop a converged job), and neither does one that starts from trained weights with a lucky
+    first batch. Zero or dead learning and a loss that climbs back above its start still do. `mode`
+    defaults to TRAIN rather than the managed rule's EVAL-first order: the hook saves every validation
+    batch as its own EVAL step, and the validation curve is the Overfit rule's. Non-finite losses are
+    ExplodingTensor's, not this rule's.
     """
 
     def __init__(
@@ -184,6 +190,8 @@ class LossNotDecreasing(DetailedRule):
         self.diff_percent = float(diff_percent)
         self.mode = getattr(modes, (mode or "TRAIN").upper())
         self._pending: dict[str, list[float]] = {}
+        self._first: dict[str, int] = {}
+        self._start: dict[str, tuple[int, float]] = {}  # the first window's last step and mean loss
         self._last: dict[str, tuple[int, float]] = {}
 
     def invoke_at_step(self, step: int) -> bool:
@@ -198,23 +206,24 @@ class LossNotDecreasing(DetailedRule):
                 continue
             pending = self._pending.setdefault(name, [])
             pending.append(loss)
+            first = self._first.setdefault(name, mode_step)
             last = self._last.get(name)
-            if last is None:
-                self._last[name] = (mode_step, float(np.mean(pending)))
-                pending.clear()
-                continue
-            if mode_step - last[0] < self.num_steps:
+            if mode_step - (first if last is None else last[0]) < self.num_steps:
                 continue
             current = float(np.mean(pending))
             pending.clear()
             self._last[name] = (mode_step, current)
+            if last is None:  # the first window is where the loss started
+                self._start[name] = (mode_step, current)
+                continue
             self.checked += 1
-            decrease = (last[1] - current) / abs(last[1]) * 100 if last[1] else 0.0
+            start = self._start[name]
+            decrease = (start[1] - current) / abs(start[1]) * 100 if start[1] else 0.0
             if decrease <= self.diff_percent:
                 self.detail = (
                     f"{name}: mean loss {current:.4g} over steps {last[0] + 1}-{mode_step} vs "
-                    f"{last[1]:.4g} up to step {last[0]}: decreased {decrease:.2f}% "
-                    f"(needs > {self.diff_percent:g}% every {self.num_steps} steps)"
+                    f"{start[1]:.4g} over steps {first}-{start[0]}: decreased {decrease:.2f}% "
+                    f"(needs > {self.diff_percent:g}%)"
                 )
                 return True
         return False
