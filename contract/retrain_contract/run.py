@@ -57,6 +57,8 @@ class RunSettings(TypedDict):
     small_labels: str
     system_rule_patience: int
     pretrained_model_uri: str  # weights a data set's first run starts from; empty: none
+    backbone_lr_factor: float  # a run from weights: the backbone's share of the learning rate
+    freeze_backbone_epochs: int  # a run from weights: epochs that train only the head
 
 
 class SettingsError(ValueError):

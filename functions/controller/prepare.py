@@ -330,6 +330,16 @@ def static_hyperparameters(settings: RunSettings) -> dict[str, str]:
     }
 
 
+def fine_tuning_hyperparameters(settings: RunSettings, weights_uri: str) -> dict[str, str]:
+    """What a run that starts from weights adds: the weights file (the channel holds it, by the URI's
+    last part), the backbone's share of the learning rate and the epochs it stays frozen."""
+    return {
+        container.HP_PRETRAINED: weights_uri.rsplit("/", 1)[-1],
+        container.HP_BACKBONE_LR_FACTOR: str(settings["backbone_lr_factor"]),
+        container.HP_FREEZE_BACKBONE_EPOCHS: str(settings["freeze_backbone_epochs"]),
+    }
+
+
 def artifact_uris(bucket: str, dataset: str, run_id: str) -> dict[str, str]:
     """The run's S3 locations in the artifact bucket, by the run key that holds each."""
     artifact = f"s3://{bucket}/"
@@ -369,7 +379,7 @@ def build_run(ctx: Context, config: Config) -> Run:
         settings, ctx.start_from, ctx.state, (ctx.fixed or {}).get(container.HP_MODEL, settings["model"])
     )
     if start["uri"]:  # the channel holds one file, by the URI's last part
-        static[container.HP_PRETRAINED] = start["uri"].rsplit("/", 1)[-1]
+        static.update(fine_tuning_hyperparameters(settings, start["uri"]))
     champion = ctx.state.get("champion") or {}
     parent = str(ctx.state.get("last_tuning_job") or "")
     return {

@@ -805,6 +805,14 @@ def test_a_run_starts_from_the_champion_then_pretrained_weights_then_scratch(
     assert channels.get("pretrained", "") == uri
     assert run["static_hyperparameters"].get("pretrained", "") == uri.rsplit("/", 1)[-1]
     assert set(channels) >= {"train", "manifest"}
+    # AND a run from weights fine-tunes them: the backbone at the stack's share of the learning rate
+    fine_tuning = {
+        k: run["static_hyperparameters"].get(k) for k in ("backbone-lr-factor", "freeze-backbone-epochs")
+    }
+    expected = (
+        {"backbone-lr-factor": "0.1", "freeze-backbone-epochs": "0"} if uri else dict.fromkeys(fine_tuning)
+    )
+    assert fine_tuning == expected
     # AND the run record keeps the lineage
     record = runs.get_run("flowers", "run-1", table_name=config.runs_table, client=aws.dynamodb)
     assert record["started_from"]["kind"] == kind
