@@ -30,6 +30,7 @@ from retrain.demo import (
     DEMO_PARAMETERS,
     DEMO_TIMEOUT_MINUTES,
     DemoOptions,
+    lineage_table,
     run_demo,
     timing_table,
 )
@@ -37,6 +38,7 @@ from retrain.deployment import Deployment, connect
 from retrain.errors import EmbeddedRuntimeError, NoCredentialsError, RetrainError, RunFailedError
 from retrain.follow import follow, plain_line, render, snapshot, wait_for_run
 from retrain.report.build import write_report
+from retrain.report.facts import RunFacts
 from retrain.start import Overrides, parse_assignments, start_run
 from retrain.summary import summary
 from retrain.upload import check_dataset_name, find_files, upload_files
@@ -154,6 +156,15 @@ def _publish_report(deployment: Deployment, record: runs.RunRecord, out_dir: Pat
     return names.report_uri(bucket, record["dataset"], record["run_id"])
 
 
+def _report(deployment: Deployment, record: runs.RunRecord, *, upload_keys: set[str] | None) -> RunFacts:
+    """The facts of a run that ended, with its report written (and on AWS published)."""
+    out_dir = _report_dir(record["run_id"])
+    facts = collect(deployment, record, out_dir=out_dir, upload_keys=upload_keys)
+    write_report(facts, out_dir)
+    facts.report = _publish_report(deployment, record, out_dir)
+    return facts
+
+
 def _finish(
     deployment: Deployment,
     record: runs.RunRecord,
@@ -163,10 +174,11 @@ def _finish(
     upload_keys: set[str] | None = None,
 ) -> None:
     """Report on a run that ended; print the JSON; fail (non-zero, reason on stderr) if the run failed."""
-    out_dir = _report_dir(record["run_id"])
-    facts = collect(deployment, record, out_dir=out_dir, upload_keys=upload_keys)
-    write_report(facts, out_dir)
-    facts.report = _publish_report(deployment, record, out_dir)
+    _conclude(_report(deployment, record, upload_keys=upload_keys), json_output=json_output, console=console)
+
+
+def _conclude(facts: RunFacts, *, json_output: bool, console: Console) -> None:
+    """Print a reported run's outcome (or its JSON summary); fail if the run failed."""
     if json_output:
         typer.echo(json.dumps(summary(facts), default=str))
     else:
@@ -215,17 +227,19 @@ def demo(  # noqa: PLR0913
     console = _console(json_output)
     with run_demo(options, console=console, quiet=json_output) as ran:
         try:
-            _finish(
-                ran.deployment,
-                ran.record,
-                json_output=json_output,
-                console=console,
-                upload_keys=ran.upload_keys,
-            )
+            reported = [_report(ran.deployment, r, upload_keys=ran.upload_keys) for r in ran.records]
+            if len(reported) > 1 and not json_output:
+                console.print(lineage_table(reported))
+            _conclude(reported[-1], json_output=json_output, console=console)
         finally:
-            if not json_output and ran.record.get("execution_arn"):
+            if not json_output:
                 sfn = ran.deployment.client("stepfunctions")
-                console.print(timing_table(ran.phases, timing.run_phases(sfn, ran.record["execution_arn"])))
+                phases = {
+                    r["run_id"]: timing.run_phases(sfn, r["execution_arn"])
+                    for r in ran.records
+                    if r.get("execution_arn")
+                }
+                console.print(timing_table(ran.phases, phases))
 
 
 @app.command()

@@ -54,20 +54,28 @@ def test_phases_add_up_their_states_in_the_order_they_began() -> None:
     assert table[-1] == "| **total** | **121** | |"
 
 
-def test_the_demo_table_lists_its_steps_with_the_runs_phases_under_the_run() -> None:
+def test_the_demo_table_lists_its_steps_with_each_runs_phases_under_that_run() -> None:
     from rich.console import Console
 
     from retrain import demo
 
     table = demo.timing_table(
-        [timing.Phase("upload", 10.0), timing.Phase(demo.RUN_PHASE, 100.0)],
-        [timing.Phase(timing.TUNING, 80.0), timing.Phase(timing.EVALUATION, 20.0)],
+        [
+            timing.Phase("upload", 10.0),
+            timing.Phase(demo.RUN_PHASE + "d-00001", 100.0),
+            timing.Phase(demo.RUN_PHASE + "d-00002", 50.0),
+        ],
+        {
+            "d-00001": [timing.Phase(timing.TUNING, 80.0), timing.Phase(timing.EVALUATION, 20.0)],
+            "d-00002": [timing.Phase(timing.PREPARE, 7.0)],
+        },
     )
     console = Console(width=100, record=True)
     console.print(table)
     text = console.export_text()
-    assert text.index("upload") < text.index(demo.RUN_PHASE) < text.index("  tuning") < text.index("total")
-    assert "110" in text
+    assert text.index("upload") < text.index("d-00001") < text.index("  tuning") < text.index("d-00002")
+    assert text.index("d-00002") < text.index("  prepare") < text.index("total")
+    assert "160" in text
 
 
 def test_a_run_whose_execution_is_gone_has_no_phases_and_the_report_still_builds() -> None:
