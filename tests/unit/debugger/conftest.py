@@ -24,7 +24,8 @@ def exploding_run(tmp_path_factory: pytest.TempPathFactory) -> contract.Paths:
 
 @pytest.fixture(scope="session")
 def zero_lr_run(tmp_path_factory: pytest.TempPathFactory) -> contract.Paths:
-    return train_with_hook(tmp_path_factory.mktemp("zero-lr"), Loop(lr=0.0))
+    # Enough steps for LossNotDecreasing's windows of 50 to compare one with the first.
+    return train_with_hook(tmp_path_factory.mktemp("zero-lr"), Loop(lr=0.0, steps=120))
 
 
 @pytest.fixture(scope="session")

@@ -79,11 +79,11 @@ def test_gradients_that_vanish_are_found(tmp_path: Path) -> None:
 
 
 def test_a_rule_parameter_changes_the_decision(healthy_run: contract.Paths) -> None:
-    # GIVEN a healthy run WHEN LossNotDecreasing demands a 99.9% drop every 10 steps
+    # GIVEN a healthy run WHEN LossNotDecreasing demands a 99.9% drop from the first 10 steps
     (result,) = rules.evaluate(
         healthy_run.tensors_dir,
         healthy_run.profile_dir,
-        {"LossNotDecreasing": {"diff_percent": "99.9"}},
+        {"LossNotDecreasing": {"diff_percent": "99.9", "num_steps": "10"}},
         names=("LossNotDecreasing",),
     )
     # THEN it fires

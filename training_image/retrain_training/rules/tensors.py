@@ -158,9 +158,12 @@ class LossNotDecreasing(DetailedRule):
     """Fires when, `num_steps` steps or more into training, the loss is not below where it started by
     more than `diff_percent`.
 
-    Managed defaults: num_steps 10, diff_percent 0 (any decrease passes), use_losses_collection true.
-    Training losses are single batches, so each check compares window means: the losses saved since the
-    previous check against those of the first `num_steps` steps. Unlike the managed rule, which compares
+    Managed defaults: diff_percent 0 (any decrease passes), use_losses_collection true; num_steps is 50
+    here, not 10: the managed rule's losses are saved every 500 steps, so it compares batches 500 steps
+    apart, while the hook here saves them every 5 (DEBUG_LOSS_INTERVAL) and a window of 10 steps held 2
+    or 3 single batches, which a fine-tuned run's noise alone made "increase" (0.97, 0.77, 0.75 then
+    0.58, 1.11). Training losses are single batches, so each check compares window means: the losses
+    saved since the previous check against those of the first `num_steps` steps. Unlike the managed rule, which compares
     each window with the one before it, a run whose loss fell and then levelled off does not fire (at a
     plateau, windows of a few batches go up as often as down, and the managed rule fires there by
     design, to stop a converged job), and neither does one that starts from trained weights with a lucky
@@ -177,7 +180,7 @@ class LossNotDecreasing(DetailedRule):
         collection_names: str | list[str] | None = None,
         tensor_regex: str | list[str] | None = None,
         use_losses_collection: bool | str = True,
-        num_steps: int = 10,
+        num_steps: int = 50,
         diff_percent: float = 0.0,
         mode: str | None = None,
     ) -> None:
