@@ -69,4 +69,6 @@ def test_the_lineage_table_says_how_many_epochs_each_run_took_to_reach_the_first
     text = console.export_text()
     second_row = next(line for line in text.splitlines() if "digits-00002" in line)
     assert "champion" in second_row and "0.93 0.95 0.96" in second_row and "0.970" in second_row
-    assert second_row.split("│")[5].strip() == "1"
+    assert [cell.strip() for cell in second_row.split("│")[5:7]] == ["1", "1"]  # to 0.90, to run 1's 0.90
+    first_row = next(line for line in text.splitlines() if "digits-00001" in line)
+    assert [cell.strip() for cell in first_row.split("│")[5:7]] == ["3", "3"]
