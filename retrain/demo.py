@@ -314,13 +314,19 @@ def best_curve(facts: RunFacts) -> list[MetricPoint]:
 def lineage_table(runs_facts: list[RunFacts], target: float = DEMO_TARGET_ACCURACY) -> Table:
     """Each run of the demo: what it started from, its best trial's validation accuracy by epoch, the
     epochs it took to reach `target` and the first run's final accuracy, and its held-out top-1."""
-    table = Table(title="What each run started from", title_justify="left", header_style="bold")
+    table = Table(
+        title="What each run started from, and the epochs its best trial took to reach an accuracy",
+        title_justify="left",
+        header_style="bold",
+        box=None,
+        pad_edge=False,
+    )
     first = best_curve(runs_facts[0])
     first_final = first[-1].value if first else None
-    columns = ["run", "started from", "labels", "val-accuracy by epoch", f"epochs to {target:.2f}"]
-    columns += ["epochs to run 1's" + ("" if first_final is None else f" {first_final:.2f}"), "top-1"]
-    for column in columns:
-        table.add_column(column)
+    for column in ("run", "from", "labels", "val-accuracy by epoch", f"to {target:.2f}"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("to run 1's" if first_final is None else f"to {first_final:.2f}", no_wrap=True)
+    table.add_column("top-1", no_wrap=True)
 
     def epochs(curve: list[MetricPoint], value: float | None) -> str:
         reached = None if value is None else epochs_to_reach(curve, value)
@@ -333,7 +339,7 @@ def lineage_table(runs_facts: list[RunFacts], target: float = DEMO_TARGET_ACCURA
             facts.run_id,
             facts.started_from.get("kind", "-"),
             str(len(facts.evaluation.labels) or "-"),
-            " ".join(f"{p.value:.2f}" for p in curve) or "-",
+            " ".join(f"{p.value:.2f}".removeprefix("0") for p in curve) or "-",
             epochs(curve, target),
             epochs(curve, first_final),
             "-" if top1 is None else f"{top1:.3f}",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -68,7 +69,7 @@ def test_the_lineage_table_says_how_many_epochs_each_run_took_to_reach_the_first
     console.print(demo.lineage_table([first, second]))
     text = console.export_text()
     second_row = next(line for line in text.splitlines() if "digits-00002" in line)
-    assert "champion" in second_row and "0.93 0.95 0.96" in second_row and "0.970" in second_row
-    assert [cell.strip() for cell in second_row.split("│")[5:7]] == ["1", "1"]  # to 0.90, to run 1's 0.90
+    assert "champion" in second_row and ".93 .95 .96" in second_row and "0.970" in second_row
+    assert re.split(r"\s{2,}", second_row.strip())[4:6] == ["1", "1"]  # to 0.90, to run 1's 0.90
     first_row = next(line for line in text.splitlines() if "digits-00001" in line)
-    assert [cell.strip() for cell in first_row.split("│")[5:7]] == ["3", "3"]
+    assert re.split(r"\s{2,}", first_row.strip())[4:6] == ["3", "3"]
