@@ -75,7 +75,7 @@ def foreground(
     stack = module.EmbeddedStack(**kwargs)
     with _guidance(module):
         # A read-only command may read the tables alone: the buckets fill on its first S3 request.
-        endpoint = stack.start(lazy_restore=True) if read_only else stack.start()
+        endpoint = stack.start(read_only=read_only)
     try:
         yield connect_local(str(endpoint), str(stack.stack_name))
     except BaseException:

@@ -129,7 +129,7 @@ class EmbeddedStack:
         )
         self._role_clients: dict[str, tuple[Any, Any]] = {}
         self._events_client: Any = None
-        # Set by start(lazy_restore=True) until the saved objects are back in the buckets.
+        # Set by start(read_only=True) until the saved objects are back in the buckets.
         self._objects_pending = False
         self._restore_lock = threading.Lock()
 
@@ -177,23 +177,26 @@ class EmbeddedStack:
         return self._role_clients[role_arn]
 
     # -- lifetime
-    def start(self, *, lazy_restore: bool = False) -> str:
+    def start(self, *, read_only: bool = False) -> str:
         """Start everything; the endpoint URL to give boto3 (AWS_ENDPOINT_URL).
 
-        With ``lazy_restore`` the saved objects go back into the buckets on the first S3 request (by anyone
-        but the restore itself) rather than now, so a command that reads the tables alone (``retrain
-        runs``) never waits for them; the tables and logs are restored before this returns either way."""
+        ``read_only`` starts a stack for a command that only reads (``retrain runs``, ``status``,
+        ``report``): the saved objects go back into the buckets on the first S3 request (by anyone but the
+        restore itself) rather than now, so a command that reads the tables alone never waits for them,
+        and nothing that acts is started: no queue pollers or schedules, no job events, no state machines
+        registered with the interpreter (executions do not outlive a stack). The tables and logs are
+        restored before this returns either way."""
         if not self.template.exists():
             raise EmbeddedStackError(f"no template at {self.template}: run retrain from the repository root")
         self.state_dir.mkdir(parents=True, exist_ok=True)
         try:
-            self._start(lazy_restore)
+            self._start(read_only)
         except BaseException:
             self.stop(save=False)
             raise
         return self.endpoint_url
 
-    def _start(self, lazy_restore: bool) -> None:
+    def _start(self, read_only: bool) -> None:
         from moto.core.config import default_user_config
 
         # The ASL interpreter calls back into this server at localhost:MOTO_PORT.
@@ -243,17 +246,18 @@ class EmbeddedStack:
             # Task states still reach the emulator directly; only boto3's SageMaker calls lose it.
             LOG.warning("SageMaker HTTP API not routed to the emulator: %s", error)
             self.degraded.append(f"sagemaker-http-api: {error}")
-        self._provision(s3)
+        self._provision(s3, register=not read_only)
         saved = self.state_dir / "snapshot"
         snapshot.restore_records(
             saved, dynamodb_client=self.client("dynamodb"), logs_client=self.client("logs")
         )
-        if lazy_restore and snapshot.has_objects(saved):
+        if read_only and snapshot.has_objects(saved):
             self._objects_pending = True
         else:
             self._restore_objects(s3)
-        self._start_event_sources()
-        job_events.start()
+        if not read_only:
+            self._start_event_sources()
+            job_events.start()
 
     def _restore_objects(self, s3: Any) -> None:
         """The saved objects back into the buckets, then the buckets' notifications (the objects put back
@@ -296,7 +300,9 @@ class EmbeddedStack:
         )
         return SageMakerEmulator(self.state_dir / "sagemaker", context, region=REGION)
 
-    def _provision(self, s3: Any) -> None:
+    def _provision(self, s3: Any, *, register: bool = True) -> None:
+        """template.yaml into moto and the runtime; with ``register``, its state machines into the ASL
+        interpreter too (what starting executions needs)."""
         assert self.fsx is not None and self.runtime is not None
         template = load_template(self.template)
         try:
@@ -350,13 +356,14 @@ class EmbeddedStack:
         LOG.debug("stack resources: %s", resources)
         self.gatekeeper.principals.load_stack_roles(body, physical, account=ACCOUNT_ID, region=REGION)
         self._check_state_machine_logging(body, physical)
-        register_state_machines(
-            [
-                physical[k]
-                for k, r in body["Resources"].items()
-                if r["Type"] == "AWS::StepFunctions::StateMachine" and k in physical
-            ]
-        )
+        if register:
+            register_state_machines(
+                [
+                    physical[k]
+                    for k, r in body["Resources"].items()
+                    if r["Type"] == "AWS::StepFunctions::StateMachine" and k in physical
+                ]
+            )
         detach_moto_sqs_delivery()
         self.wiring = wire(
             body,

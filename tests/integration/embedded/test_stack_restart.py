@@ -89,7 +89,7 @@ def test_a_lazy_restore_gives_the_tables_at_once_and_the_objects_on_the_first_s3
 
     # GIVEN a stack started for a read-only command
     second = EmbeddedStack(tmp_path, template=FIXTURE, stack_name=STACK)
-    second.start(lazy_restore=True)
+    second.start(read_only=True)
     try:
         # WHEN it reads the tables THEN their items are there, and no object was put back yet
         assert _state(second.client("dynamodb"), outputs["ItemsTableName"], key) == "marked"
@@ -105,6 +105,7 @@ def test_a_lazy_restore_gives_the_tables_at_once_and_the_objects_on_the_first_s3
         second.stop(save=False)
 
     assert pending_after_tables
+    assert not second._pollers  # nothing that acts was started
     assert body == b"3"
     assert queue == {"ApproximateNumberOfMessages": "0", "ApproximateNumberOfMessagesNotVisible": "0"}
 
@@ -114,7 +115,7 @@ def test_a_stack_saves_the_objects_a_lazy_restore_had_not_put_back_yet(tmp_path:
         outputs = _outputs(first)
         first.client("s3").put_object(Bucket=outputs["DataBucketName"], Key="notes/kept.txt", Body=b"kept")
     second = EmbeddedStack(tmp_path, template=FIXTURE, stack_name=STACK)
-    second.start(lazy_restore=True)
+    second.start(read_only=True)
     second.stop()  # saves, with no S3 request in between
     with EmbeddedStack(tmp_path, template=FIXTURE, stack_name=STACK) as third:
         body = third.client("s3").get_object(Bucket=outputs["DataBucketName"], Key="notes/kept.txt")["Body"]
