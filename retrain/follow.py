@@ -177,8 +177,13 @@ def snapshot(deployment: Deployment, record: runs.RunRecord, *, now: datetime | 
     arn = record.get("execution_arn")
     if arn:
         sfn = deployment.client("stepfunctions")
-        shot.execution_status = str(sfn.describe_execution(executionArn=arn).get("status", ""))
-        shot.history, shot.current_state, jobs, shot.error = execution_history(sfn, arn)
+        try:
+            shot.execution_status = str(sfn.describe_execution(executionArn=arn).get("status", ""))
+            shot.history, shot.current_state, jobs, shot.error = execution_history(sfn, arn)
+        except sfn.exceptions.ExecutionDoesNotExist:
+            # Step Functions keeps a finished execution for 90 days; the embedded stack, until it stops.
+            # The run record still says how the run ended and which jobs it ran.
+            shot.execution_status = "EXPIRED"
     tuning = record.get("tuning_job") or next((n for n, k in jobs.items() if k == "tuning"), "")
     if tuning:
         shot.jobs.extend(_tuning_rows(sagemaker, tuning))

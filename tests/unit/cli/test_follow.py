@@ -8,7 +8,7 @@ from rich.console import Console
 
 from controller import runs
 from retrain.deployment import connect
-from retrain.follow import JobRow, Snapshot, execution_history, follow, plain_line, render
+from retrain.follow import JobRow, Snapshot, execution_history, follow, plain_line, render, snapshot
 from tests.unit.cli import recorded_run
 from tests.unit.cli.conftest import RecordedSageMaker, make_stack
 
@@ -79,3 +79,21 @@ def test_follow_of_a_finished_run_prints_one_plain_line_and_returns():
     assert lines == [
         "run r1 SUCCEEDED state=- trials=3/3 interruptions=2 elapsed=5m30s unreadable=1 labels_set_aside=lynx"
     ]
+
+
+def test_a_run_whose_execution_is_gone_still_has_a_status():
+    # GIVEN a finished run whose execution Step Functions no longer keeps (90 days; the embedded stack
+    # until it stops)
+    with mock_aws():
+        stack = make_stack()
+        run = {
+            **recorded_run.record(),
+            "execution_arn": "arn:aws:states:us-east-1:123456789012:execution:m:gone",
+        }
+        runs.put_run(run, table_name=stack.output("runs_table"), client=boto3.client("dynamodb"))
+        deployment = connect(stack.name)
+        deployment.clients["sagemaker"] = RecordedSageMaker()
+        # WHEN its status is read THEN it comes from the run record, with the execution said to be gone
+        shot = snapshot(deployment, run)
+    assert shot.status == "SUCCEEDED" and shot.execution_status == "EXPIRED"
+    assert shot.history == []
