@@ -16,7 +16,7 @@ The starts, per architecture:
              fine-tuned on all of them: the head grows by `nine`. The first half's keys split as they do
              in the whole, so the champion never trained on an image the fine-tuned run validates on.
 
-    .venv/bin/python bench/transfer.py [--epochs 5 --image-size 32 --batch-size 32 --lr 0.05]
+    .venv/bin/python bench/transfer.py [--epochs 5 --image-size 32 --batch-size 32 --lr 0.001]
     add --append BENCHMARKS.md to record the result
 """
 
@@ -60,6 +60,7 @@ class Settings:
     image_size: int
     batch_size: int
     lr: float
+    optimizer: str
     crop_scale_min: float
     seed: int
     threads: int
@@ -71,6 +72,7 @@ class Settings:
             contract.HP_IMAGE_SIZE: self.image_size,
             contract.HP_BATCH_SIZE: self.batch_size,
             contract.HP_LR: self.lr,
+            contract.HP_OPTIMIZER: self.optimizer,
             contract.HP_CROP_SCALE_MIN: self.crop_scale_min,
             contract.HP_SEED: self.seed,
             contract.HP_NUM_WORKERS: 0,
@@ -198,7 +200,9 @@ def starts_for(model: str, work: Path, part: Path, settings: Settings) -> tuple[
             )
     archive, curve = champion(model, part, work, settings, first)
     origin = "imagenet" if first is not scratch else "scratch"
-    runs.append(Start(f"{model}, champion (first run from {origin})", model, archive))
+    # As the stack fine-tunes a run from the champion: the backbone at FineTuneBackboneLrFactor's share.
+    factor = {contract.HP_BACKBONE_LR_FACTOR: str(settings.fine_tune_factor or 1.0)}
+    runs.append(Start(f"{model}, champion (first run from {origin})", model, archive, factor))
     return runs, curve
 
 
@@ -233,7 +237,8 @@ def setup_line(settings: Settings) -> str:
     return (
         f"The demo's 1,797 digits (32 px JPEGs, 10 labels), split by the container's hash rule into training "
         f"and validation (val-fraction {contract.VAL_FRACTION_DEFAULT}); train.py as SageMaker "
-        f"runs it, every start with the same hyperparameters: SGD lr {settings.lr} (cosine over the job), "
+        f"runs it, every start with the same hyperparameters: {settings.optimizer} lr {settings.lr} "
+        "(cosine over the job), "
         f"batch {settings.batch_size}, image size {settings.image_size}, crop-scale-min "
         f"{settings.crop_scale_min}, seed {settings.seed}, {settings.threads} torch threads, no loader "
         f"workers. Column k is the validation top-1 after epoch k of the same {settings.epochs}-epoch job "
@@ -273,7 +278,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--image-size", type=int, default=demo_data.DEFAULT_SIZE)
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=0.05, help="the demo's SGD learning rate")
+    parser.add_argument(
+        "--lr", type=float, default=0.001, help="learning rate (the demo's AdamW range: 3e-4..2e-3)"
+    )
+    parser.add_argument(
+        "--optimizer", default="adamw", choices=contract.OPTIMIZERS, help="the demo's optimizer"
+    )
     parser.add_argument("--crop-scale-min", type=float, default=0.5, help="the demo's crop floor")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads per job")
@@ -281,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         "--fine-tune-factor",
         type=float,
         default=0.1,
-        help="backbone-lr-factor of a second ImageNet start (0: leave it out)",
+        help="backbone-lr-factor of a second ImageNet start (0: leave it out) and of the champion start",
     )
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()), help="scratch directory")
     parser.add_argument("--append", type=Path, default=None, help="append the markdown section to this file")
@@ -291,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         image_size=args.image_size,
         batch_size=args.batch_size,
         lr=args.lr,
+        optimizer=args.optimizer,
         crop_scale_min=args.crop_scale_min,
         seed=args.seed,
         threads=args.threads,
