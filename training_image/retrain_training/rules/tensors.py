@@ -162,15 +162,14 @@ class LossNotDecreasing(DetailedRule):
     here, not 10: the managed rule's losses are saved every 500 steps, so it compares batches 500 steps
     apart, while the hook here saves them every 5 (DEBUG_LOSS_INTERVAL) and a window of 10 steps held 2
     or 3 single batches, which a fine-tuned run's noise alone made "increase" (0.97, 0.77, 0.75 then
-    0.58, 1.11). Training losses are single batches, so each check compares window means: the losses
-    saved since the previous check against those of the first `num_steps` steps. Unlike the managed rule, which compares
-    each window with the one before it, a run whose loss fell and then levelled off does not fire (at a
-    plateau, windows of a few batches go up as often as down, and the managed rule fires there by
-    design, to stop a converged job), and neither does one that starts from trained weights with a lucky
-    first batch. Zero or dead learning and a loss that climbs back above its start still do. `mode`
-    defaults to TRAIN rather than the managed rule's EVAL-first order: the hook saves every validation
-    batch as its own EVAL step, and the validation curve is the Overfit rule's. Non-finite losses are
-    ExplodingTensor's, not this rule's.
+    0.58, 1.11). Each check compares window means: the losses saved since the previous check against
+    those of the first `num_steps` steps. Unlike the managed rule, which compares each window with the
+    one before it, a run whose loss fell and then levelled off does not fire (at a plateau, windows go
+    up as often as down, and the managed rule fires there by design, to stop a converged job), and
+    neither does one that starts from trained weights with a lucky first batch. Zero or dead learning
+    and a loss that climbs back above its start still do. `mode` defaults to TRAIN rather than the
+    managed rule's EVAL-first order: the hook saves every validation batch as its own EVAL step, and
+    the validation curve is the Overfit rule's. Non-finite losses are ExplodingTensor's, not this rule's.
     """
 
     def __init__(
