@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from botocore.exceptions import ClientError
+
 from controller import balance, clients, datasets, ledger, names, runs
 from controller.config import Config, get_config
 from controller.errors import ConfigurationError, DatasetBusyError, InvalidRunInputError, NotEnoughDataError
@@ -300,6 +302,30 @@ def start_of(settings: RunSettings, requested: str | None, state: dict[str, Any]
     return start(START_SCRATCH, "", f"no champion and no PretrainedModelUri{passed}")
 
 
+def check_start_weights(start: Start, s3: S3Client) -> None:
+    """Fail the run here, naming its weights, when they cannot be read: later every trial would fail on
+    its `pretrained` channel and the run would only say that all trials failed."""
+    if not start["uri"]:
+        return
+    bucket, _, key = start["uri"].removeprefix("s3://").partition("/")
+    try:
+        s3.head_object(Bucket=bucket, Key=key)
+    except ClientError as error:
+        code = str(error.response.get("Error", {}).get("Code", ""))
+        source = "the data set's champion" if start["kind"] == START_CHAMPION else start["reason"]
+        if code in ("404", "NoSuchKey", "NotFound"):
+            raise InvalidRunInputError(
+                f"the weights {start['uri']} ({source}) do not exist: upload them there (e.g. `retrain "
+                'pretrained upload`), name others, or start with "start_from": "scratch"'
+            ) from None
+        if code in ("403", "AccessDenied", "Forbidden"):
+            raise InvalidRunInputError(
+                f"the stack cannot read the weights {start['uri']} ({source}): put them in the stack's "
+                "artifact bucket, or deploy with PretrainedModelUri naming them"
+            ) from None
+        raise
+
+
 def input_data_config(
     train_source: dict[str, Any], input_mode: str, manifest_uri: str, start: Start
 ) -> list[dict[str, Any]]:
@@ -497,6 +523,7 @@ def prepare(
         dataset, run_id, execution_arn, request.trigger, settings, fixed, start_from, state, summary
     )
     run = build_run(ctx, config)
+    check_start_weights(run["start"], s3)
     record_prepared(run, ctx, policy, at, config=config, dynamodb=dynamodb)
     logger.info("run prepared", extra={"dataset": dataset, "run_id": run_id, "images": summary["size"]})
     return {"run": run, "import": {"task_id": "", "polls": 0}, "api_retry": {"count": 0, "wait": 0}}

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import re
 
 import pytest
 from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent
@@ -576,11 +578,14 @@ def _keys(label: str, n: int) -> list[str]:
 def _finalize(aws, config, run, decision="accepted"):
     from controller import finalize
 
+    # The run's model, where its training job wrote it (a next run may start from it).
+    key = f"runs/{run['dataset']}/{run['run_id']}/output/job/output/model.tar.gz"
+    aws.s3.put_object(Bucket=config.artifact_bucket, Key=key, Body=b"weights")
     return finalize.finalize(
         {
             "run": run,
             "gate": {"decision": decision, "reason": "ok", "top1": 0.9},
-            "model": {"model_data": "s3://m"},
+            "model": {"model_data": f"s3://{config.artifact_bucket}/{key}"},
             "registered": {},
         },
         config=config,
@@ -759,6 +764,28 @@ def _crown(aws, config, model: str = "resnet18") -> None:
     )
 
 
+def _put_object(aws, uri: str) -> None:
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    with contextlib.suppress(aws.s3.exceptions.BucketAlreadyOwnedByYou):
+        aws.s3.create_bucket(Bucket=bucket)
+    aws.s3.put_object(Bucket=bucket, Key=key, Body=b"weights")
+
+
+@pytest.mark.parametrize("champion", [False, True], ids=["pretrained", "champion"])
+def test_weights_that_do_not_exist_fail_the_run_at_once_naming_them(aws, config, events_dir, *, champion):
+    # GIVEN a data set whose champion's model, or the stack's PretrainedModelUri, is not there
+    _upload(aws, config, events_dir, "data/flowers/daisy/a.jpg", "data/flowers/tulip/b.png")
+    uri = CHAMPION_DATA if champion else "s3://weights/typo.pth"
+    if champion:
+        _crown(aws, config)
+    else:
+        _put_object(aws, "s3://weights/efficientnet-lite0.pth")
+    stacked = dataclasses.replace(config, settings={**config.settings, "pretrained_model_uri": uri})
+    # WHEN a run is prepared THEN it fails before any job, naming the weights and what to do
+    with pytest.raises(InvalidRunInputError, match=rf"the weights {re.escape(uri)} .* do not exist"):
+        _prepare(aws, stacked, {"dataset": "flowers"})
+
+
 def _channels(run) -> dict[str, str]:
     return {
         c["ChannelName"]: c["DataSource"].get("S3DataSource", {}).get("S3Uri", "")
@@ -797,6 +824,9 @@ def test_a_run_starts_from_the_champion_then_pretrained_weights_then_scratch(
     if champion:
         _crown(aws, config, champion)
     stacked = dataclasses.replace(config, settings={**config.settings, "pretrained_model_uri": stack_uri})
+    for weights in (uri, stack_uri):  # the weights are where the stack and the champion say
+        if weights:
+            _put_object(aws, weights)
     # WHEN a run is prepared
     run = _prepare(aws, stacked, {"dataset": "flowers", "overrides": overrides})
     # THEN it starts from what the rule says, and the jobs get those weights as the pretrained channel
