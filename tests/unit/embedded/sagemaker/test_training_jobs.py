@@ -284,6 +284,21 @@ def test_sagemaker_program_environment_picks_the_entry_script_and_null_members_a
     assert "VpcConfig" not in job
 
 
+def test_a_job_runs_with_one_intra_op_thread_unless_its_environment_says_otherwise(
+    aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator]
+) -> None:
+    # GIVEN two jobs on one machine, one of which sets its own thread count
+    put_images(aws["s3"], "data/train")
+    emulator = make_emulator()
+    emulator.create_training_job(**training_request("threads-default"))
+    emulator.create_training_job(**training_request("threads-own", Environment={"OMP_NUM_THREADS": "3"}))
+    # WHEN they run THEN the first gets one thread (concurrent jobs share the cores), the second its own
+    for name, threads in (("threads-default", "1"), ("threads-own", "3")):
+        assert wait_training(emulator, name)["TrainingJobStatus"] == "Completed"
+        log = (emulator.workdir / "training" / name / "logs" / "attempt-1.log").read_text()
+        assert f"OMP_NUM_THREADS={threads}\n" in log
+
+
 def managed_debugger_request(name: str) -> dict[str, Any]:
     return training_request(
         name,

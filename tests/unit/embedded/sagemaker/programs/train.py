@@ -63,6 +63,7 @@ def main() -> int:
     store = paths.job_checkpoint_dir
     step = newest(store)
     print(f"starting at step {step} args={sys.argv[1:]} unknown={unknown}", flush=True)
+    print(f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '')}", flush=True)
     hook_config = paths.base / "input" / "config" / "debughookconfig.json"
     if hook_config.is_file():  # managed Debugger: the hook writes where the config says
         events = Path(json.loads(hook_config.read_text(encoding="utf-8"))["LocalPath"]) / "events"
