@@ -451,7 +451,7 @@ class EpochLoop:
             self.profile.step(current.step, data_wait_s, compute_s)
         if every and current.step % every == 0:
             self.save(current)
-        if distributed.all_reduce_sum([float(self.interruption.requested)], context)[0] > 0:
+        if self.stop_agreed():
             self.stop(f"interrupted at step {current.step}")
 
     def epoch(self, epoch: int) -> None:
@@ -492,8 +492,14 @@ class EpochLoop:
         )
         progress.epoch, progress.next_batch = epoch + 1, 0
         self.save(progress)
-        if self.interruption.requested:
+        if self.stop_agreed():
             self.stop(f"interrupted after epoch {epoch}")
+
+    def stop_agreed(self) -> bool:
+        """Whether any rank got SIGTERM: all ranks stop at the same point, or one waits forever in a
+        collective the others left (a SIGTERM that reached one rank during validation and another
+        after it deadlocked a 2-host job until SIGKILL)."""
+        return distributed.all_reduce_sum([float(self.interruption.requested)], self.job.context)[0] > 0
 
 
 def _train(
