@@ -308,6 +308,8 @@ def check_start_weights(start: Start, s3: S3Client) -> None:
     if not start["uri"]:
         return
     bucket, _, key = start["uri"].removeprefix("s3://").partition("/")
+    if not start["uri"].startswith("s3://") or not bucket or not key:
+        raise InvalidRunInputError(f"the weights {start['uri']!r} are not s3://bucket/key of one file")
     try:
         s3.head_object(Bucket=bucket, Key=key)
     except ClientError as error:
