@@ -155,12 +155,14 @@ def test_an_upload_during_a_run_goes_to_the_next_run(aws: Aws, events_dir: Path)
     busy = dispatch.consider(
         "flowers", now=T0 + timedelta(minutes=10), config=config, dynamodb=aws.dynamodb, sfn=aws.sfn
     )
-    # AND run 1 finishes
+    # AND run 1 finishes, its model where its training job wrote it
+    model_key = "runs/flowers/flowers-00001/output/job/output/model.tar.gz"
+    aws.s3.put_object(Bucket=config.artifact_bucket, Key=model_key, Body=b"weights")
     done = finalize.finalize(
         {
             "run": run1,
             "gate": {"decision": "accepted", "reason": "ok", "top1": 0.9},
-            "model": {"model_data": "s3://m"},
+            "model": {"model_data": f"s3://{config.artifact_bucket}/{model_key}"},
             "registered": {"model_package_arn": ""},
         },
         config=config,

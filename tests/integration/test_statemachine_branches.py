@@ -103,6 +103,11 @@ class ScriptedSageMaker:
         bucket, _, key = uri[len("s3://") :].partition("/")
         self.s3.put_object(Bucket=bucket, Key=key, Body=json.dumps(body).encode())
 
+    def _model(self, uri: str) -> str:
+        """A job's model.tar.gz where SageMaker leaves it (a later run starts from the champion's)."""
+        self._put(uri, {"weights": uri})
+        return uri
+
     def create_hyper_parameter_tuning_job(self, **request: Any) -> dict[str, Any]:
         self.script.tuning_attempts += 1
         if self.script.refuse_tuning:
@@ -126,7 +131,7 @@ class ScriptedSageMaker:
                 "TrainingJobName": trial,
                 "TrainingJobStatus": "Completed",
                 "HyperParameters": {**request["TrainingJobDefinition"]["StaticHyperParameters"], "lr": lr},
-                "ModelArtifacts": {"S3ModelArtifacts": f"{output}{trial}/output/model.tar.gz"},
+                "ModelArtifacts": {"S3ModelArtifacts": self._model(f"{output}{trial}/output/model.tar.gz")},
                 "TrainingTimeInSeconds": 100,
                 "BillableTimeInSeconds": 30,
                 "CreationTime": EPOCH,
@@ -168,7 +173,9 @@ class ScriptedSageMaker:
             "TrainingJobStatus": self.script.final_training,
             "HyperParameters": request["HyperParameters"],
             "ModelArtifacts": {
-                "S3ModelArtifacts": f"{request['OutputDataConfig']['S3OutputPath']}{name}/output/model.tar.gz"
+                "S3ModelArtifacts": self._model(
+                    f"{request['OutputDataConfig']['S3OutputPath']}{name}/output/model.tar.gz"
+                )
             },
             "TrainingTimeInSeconds": 200,
             "BillableTimeInSeconds": 60,
@@ -527,6 +534,7 @@ def test_a_second_run_warm_starts_from_the_last_tuning_job(harness: Harness) -> 
 
 def test_gate_rejects_a_challenger_that_does_not_beat_the_champion(harness: Harness) -> None:
     # GIVEN a champion at 0.80 and a challenger that scores 0.805 (MinImprovement 0.01)
+    harness.aws.s3.put_object(Bucket="retrain-artifacts", Key="old/model.tar.gz", Body=b"weights")
     harness.aws.dynamodb.put_item(
         TableName=harness.aws.datasets_table,
         Item=runs.serialize(
