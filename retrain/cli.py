@@ -213,7 +213,8 @@ def demo(  # noqa: PLR0913
     json_output: JsonOption = False,
     state_dir: StateDirOption = local.DEFAULT_STATE_DIR,
 ) -> None:
-    """Run the whole flow on the embedded stack: upload, ingest, tune on spot, evaluate, gate, register."""
+    """Run the whole flow on the embedded stack: upload, ingest, tune on spot, evaluate, gate, register
+    (the digits in two waves: a second run fine-tunes the first one's champion for a new label)."""
     options = DemoOptions(
         images=images,
         dataset=dataset,

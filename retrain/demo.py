@@ -1,8 +1,9 @@
 """`retrain demo`: the whole flow on the embedded stack, from uploads to a finished run.
 
 It writes the digits (or takes a folder of images), starts the embedded stack with the demo's
-parameters, faults and spot schedule, uploads the files in batches, waits for the run the uploads start
-(showing how many the ledger has recorded) and follows it to its end. The command in ``cli.py`` reports
+parameters, faults and spot schedule, and for each upload wave (two for the digits, see `waves`) uploads
+the files in batches, waits for the run they start (showing how many the ledger has recorded) and
+follows it to its end. The command in ``cli.py`` reports
 on that run; the digits themselves come from :mod:`retrain.demo_data`.
 """
 
