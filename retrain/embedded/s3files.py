@@ -31,6 +31,8 @@ class InputCache:
     object whose key and ETag are unchanged has the same bytes, so a job gets a copy of the cached file
     instead; a changed object has a new ETag and is fetched. Only objects up to `max_bytes` are kept
     (images, manifests; not checkpoints or models), so the cache stays the size of the data sets.
+    Entries are kept per caller's access key: a job's role gets a copy only of what that role itself
+    was allowed to GetObject, so a role without the permission is still refused, as on AWS.
     """
 
     def __init__(self, root: Path, max_bytes: int = 1 << 20) -> None:
@@ -42,7 +44,8 @@ class InputCache:
         if obj.get("Size", self.max_bytes + 1) > self.max_bytes or "ETag" not in obj:
             get_file(s3, bucket, key, dest)
             return
-        name = hashlib.sha256(f"{bucket}\0{key}\0{obj['ETag']}".encode()).hexdigest()
+        caller = s3._request_signer._credentials.get_frozen_credentials().access_key  # type: ignore[attr-defined]
+        name = hashlib.sha256(f"{caller}\0{bucket}\0{key}\0{obj['ETag']}".encode()).hexdigest()
         cached = self.root / name[:2] / name
         if not cached.exists():
             cached.parent.mkdir(parents=True, exist_ok=True)

@@ -60,3 +60,18 @@ def test_objects_over_the_size_limit_are_fetched_every_time(s3: Any, tmp_path: P
         assert (tmp_path / job / "model.pt").read_bytes() == b"x" * 2048
     assert gets == ["ckpt/model.pt", "ckpt/model.pt"]
     assert not any(p.is_file() for p in (tmp_path / "cache").rglob("*"))
+
+
+def test_a_caller_gets_only_what_it_fetched_itself(s3: Any, tmp_path: Path) -> None:
+    # GIVEN an object one job's role fetched into the cache
+    s3.put_object(Bucket="data", Key="d/cat/a.jpg", Body=b"a1")
+    cache = InputCache(tmp_path / "cache")
+    download_prefix(s3, S3Uri("data", "d/"), tmp_path / "job1", cache)
+    # WHEN a job under another role (other credentials) downloads the same prefix
+    other = boto3.client(
+        "s3", region_name="us-east-1", aws_access_key_id="OTHERROLE", aws_secret_access_key="x"
+    )
+    gets = _gets(other)
+    download_prefix(other, S3Uri("data", "d/"), tmp_path / "job2", cache)
+    # THEN it fetched the object itself (so its own permissions decide), not the first role's copy
+    assert gets == ["d/cat/a.jpg"]
