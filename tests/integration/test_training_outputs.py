@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -138,6 +139,30 @@ def test_evaluation_of_the_model_archive_against_a_checkpoint_baseline(trained, 
     assert 0 <= report["top1"] <= report["top3"] <= 1
     assert report["checkpoint_step"] is None
     assert (out / contract.CONFUSION_MATRIX_FILE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_images_of_a_label_the_model_lacks_count_as_wrong(trained, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # GIVEN the trained model (blue, green, red) and its data plus a label it never saw, as when a data set
+    # gains a label after its champion was trained
+    base, data, _ = trained
+    grown = tmp_path / "data"
+    shutil.copytree(data, grown)
+    (grown / "yellow").mkdir()
+    for i in range(4):
+        Image.new("RGB", (32, 32), (230, 230, 20)).save(grown / "yellow" / f"{i}.jpg")
+    # WHEN evaluate.py scores it on every image
+    out = tmp_path / "evaluation"
+    args = ["--model", str(base / "model"), "--data", str(grown), "--split", "all", "--output", str(out)]
+    result = run("evaluate.py", base, args)
+    # THEN the new label's images are scored, and can only be wrong
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((out / contract.EVALUATION_FILE).read_text())
+    assert report["samples"] == 40
+    assert report["labels"] == ["blue", "green", "red", "yellow"]
+    assert report["labels_the_model_lacks"] == ["yellow"]
+    assert report["per_class"]["yellow"] == {"precision": 0.0, "recall": 0.0, "support": 4}
+    assert report["top1"] <= 36 / 40
+    assert "count as wrong" in result.stderr
 
 
 def test_evaluation_of_a_checkpoint_reports_its_step(trained, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -228,6 +228,14 @@ def metrics(
     }
 
 
+def scoring_labels(model_labels: list[str], present: set[str]) -> tuple[list[str], list[str]]:
+    """The labels an evaluation scores over: the model's, then those of the images it was not trained on
+    (returned apart). Every image counts, so a champion that lacks a label the data set gained is held to
+    the same images as the challenger that learnt it: the images of that label count as wrong."""
+    unknown = sorted(present - set(model_labels))
+    return [*model_labels, *unknown], unknown
+
+
 def plot_confusion(matrix: list[list[int]], labels: list[str], out: Path) -> None:
     import matplotlib
 
@@ -259,34 +267,35 @@ def evaluate(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         split=args.split,
         val_fraction=DEFAULT_VAL_FRACTION if val_fraction is None else val_fraction,
     )
-    index = {label: i for i, label in enumerate(candidate.labels)}
-    unknown = sorted({label for _, _, label in entries if label not in index})
-    if unknown:
-        log.warning("ignoring images of labels the model was not trained on: %s", ", ".join(unknown))
-    samples = [data.Sample(path, index[label], key) for path, key, label in entries if label in index]
-    if not samples:
+    present = {label for _, _, label in entries}
+    labels, unknown = scoring_labels(candidate.labels, present)
+    if len(unknown) == len(present):
         raise EvaluationError(
             f"no image in {args.data} has a label the model knows ({', '.join(candidate.labels)})"
         )
+    if unknown:
+        log.warning("the model was not trained on %s: their images count as wrong", ", ".join(unknown))
+    index = {label: i for i, label in enumerate(labels)}
+    samples = [data.Sample(path, index[label], key) for path, key, label in entries]
     targets = np.array([s.label for s in samples])
     options = {"batch_size": args.batch_size, "num_workers": args.num_workers, "device": device}
     logits = predict(build(candidate, device), samples, image_size=candidate.image_size, **options)
-    result = metrics(logits, targets, candidate.labels, candidate.labels)
+    result = metrics(logits, targets, labels, candidate.labels)
     result["baseline"] = None
     if args.baseline is not None:
         baseline = load_artifact(args.baseline, workdir)
         base_logits = predict(build(baseline, device), samples, image_size=baseline.image_size, **options)
-        result["baseline"] = metrics(base_logits, targets, candidate.labels, baseline.labels)
+        result["baseline"] = metrics(base_logits, targets, labels, baseline.labels)
     result.update(
         split=args.split,
         model=str(candidate.source),
-        skipped_unknown_labels=unknown,
+        labels_the_model_lacks=unknown,
         checkpoint_step=candidate.checkpoint_step,
     )
     result[contract.TRAINING_SKIPPED_KEY] = candidate.training_skipped
     args.output.mkdir(parents=True, exist_ok=True)
     (args.output / contract.EVALUATION_FILE).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    plot_confusion(result["confusion_matrix"], candidate.labels, args.output / contract.CONFUSION_MATRIX_FILE)
+    plot_confusion(result["confusion_matrix"], labels, args.output / contract.CONFUSION_MATRIX_FILE)
     return result
 
 

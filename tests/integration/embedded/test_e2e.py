@@ -13,6 +13,7 @@ first run's tuning job. The injected faults are test_e2e_faults.py's subject.
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 import pytest
@@ -102,6 +103,7 @@ def test_an_upload_alone_runs_the_whole_flow_and_a_later_run_warm_starts_after_a
         final = later.stack.client("sagemaker").describe_training_job(
             TrainingJobName=later.record["final_training_job"]
         )
+        evaluations = {side: _evaluation(later, side) for side in ("challenger", "champion")}
         assert later.stack.gatekeeper.denied() == []
 
     assert later.record["status"] in ("SUCCEEDED", "REJECTED"), later.record.get("failure")
@@ -115,6 +117,12 @@ def test_an_upload_alone_runs_the_whole_flow_and_a_later_run_warm_starts_after_a
     assert _channel(final, "pretrained") == first["model_data"]
     assert final["HyperParameters"]["pretrained"] == "model.tar.gz"
     assert first["run_id"] in known  # the first run's record outlived its stack
+    # The gate held the champion to the challenger's images: the new label's count against it.
+    challenger, champion = evaluations["challenger"], evaluations["champion"]
+    assert champion["samples"] == challenger["samples"]
+    assert sorted(champion["labels"]) == sorted(challenger["labels"])
+    assert champion["labels_the_model_lacks"] == [NEW_LABEL]
+    assert champion["per_class"][NEW_LABEL]["recall"] == 0.0
     parents = tuning["WarmStartConfig"]["ParentHyperParameterTuningJobs"]
     assert [p["HyperParameterTuningJobName"] for p in parents] == [first["tuning_job"]]
     assert later.record["tuning_job"] != first["tuning_job"]
@@ -123,6 +131,13 @@ def test_an_upload_alone_runs_the_whole_flow_and_a_later_run_warm_starts_after_a
     assert final["TrainingJobStatus"] == "Completed"
     assert final["HyperParameters"]["lr"] == later.record["best_hyperparameters"]["lr"]
     assert later.record["model_data"] == final["ModelArtifacts"]["S3ModelArtifacts"]
+
+
+def _evaluation(finished: Finished, side: str) -> dict:  # type: ignore[type-arg]
+    """The evaluation.json the gate read for the run's challenger or champion."""
+    bucket, key = finished.record[side]["report_uri"].removeprefix("s3://").split("/", 1)  # type: ignore[literal-required]
+    body = finished.stack.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
+    return json.loads(body)  # type: ignore[no-any-return]
 
 
 def _channel(job: dict, name: str) -> str:  # type: ignore[type-arg]

@@ -42,3 +42,13 @@ def test_a_baseline_is_scored_by_label_name_in_the_candidates_label_space() -> N
     assert result["top1"] == pytest.approx(2 / 3)
     assert result["confusion_matrix"] == [[1, 0, 0], [0, 1, 0], [0, 1, 0]]
     assert result["per_class"]["eel"]["recall"] == 0.0
+
+
+def test_labels_a_model_lacks_join_the_scoring_labels_after_its_own() -> None:
+    # GIVEN a champion trained on [dog, cat] and data that has since gained eel and ant
+    # WHEN the scoring labels are chosen
+    labels, unknown = evaluate.scoring_labels(["dog", "cat"], {"cat", "eel", "ant", "dog"})
+    # THEN its own come first, in its order, then the ones it lacks, sorted
+    assert labels == ["dog", "cat", "ant", "eel"]
+    assert unknown == ["ant", "eel"]
+    assert evaluate.scoring_labels(["dog", "cat"], {"cat"}) == (["dog", "cat"], [])
