@@ -285,6 +285,7 @@ class EmbeddedStack:
 
     def _sagemaker(self, s3: Any) -> Any:
         from retrain.embedded.sagemaker import JobContext, SageMakerEmulator, SpotSchedule
+        from retrain.embedded.sagemaker.slots import NewestFirstSlots
 
         assert self.fsx is not None
         context = JobContext(
@@ -297,6 +298,7 @@ class EmbeddedStack:
             role_session=self._role_session,
             keep_instance_files=False,
             input_cache=InputCache(self.state_dir / "sagemaker" / "input-cache"),
+            processing_slots=NewestFirstSlots(os.cpu_count() or 1),
         )
         return SageMakerEmulator(self.state_dir / "sagemaker", context, region=REGION)
 

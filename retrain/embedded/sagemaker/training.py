@@ -41,6 +41,7 @@ from retrain.embedded.sagemaker.s3io import (
     tar_directory,
     upload_file,
 )
+from retrain.embedded.sagemaker.slots import NewestFirstSlots
 from retrain.embedded.sagemaker.spot import NoFaults, SageMakerFaults, SpotSchedule
 from retrain_contract import container as contract
 
@@ -83,11 +84,9 @@ class JobContext:
     # embedded stack drops them (its state would grow by every job's data and weights); left as they
     # are, tests can inspect what a job saw. The job's local logs stay either way.
     keep_instance_files: bool = True
-    # Processing jobs (evaluations, checkpoint evaluations, rule checks) running at once, or None for no
-    # bound. On SageMaker each has its own instance. A first-come bound of one per core made the demo
-    # slower: the run's own challenger evaluation queued behind the backlog of checkpoint evaluations.
-    # A bound must let the run's path go first.
-    processing_slots: threading.BoundedSemaphore | None = None
+    # Processing jobs (evaluations, checkpoint evaluations, rule checks) running their program at once,
+    # newest waiter first (slots.py), or None for no bound. On SageMaker each has its own instance.
+    processing_slots: NewestFirstSlots | None = None
     # Intra-op threads (OMP_NUM_THREADS) of each job's process, unless the job's environment sets them.
     # On SageMaker a job has its instance's cores to itself; here concurrent jobs share this machine's,
     # and torch's OpenMP threads spin-wait when they outnumber the cores: two tuning trials with two

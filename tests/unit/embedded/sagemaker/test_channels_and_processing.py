@@ -6,7 +6,6 @@ import io
 import json
 import re
 import tarfile
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from retrain.embedded.sagemaker import SageMakerEmulator
+from retrain.embedded.sagemaker.slots import NewestFirstSlots
 
 from .conftest import BUCKET, ROLE, put_images, training_request, wait_training, wait_until
 
@@ -183,7 +183,7 @@ def test_processing_jobs_wait_for_a_free_core(
 ) -> None:
     # GIVEN a machine with one slot for processing jobs, and two evaluations started together
     put_images(aws["s3"], "data/train")
-    emulator = make_emulator(processing_slots=threading.BoundedSemaphore(1))
+    emulator = make_emulator(processing_slots=NewestFirstSlots(1))
     for name in ("eval-a", "eval-b"):
         emulator.create_processing_job(**processing_request(name, "--sleep", "1.5"))
     # WHEN both have run
