@@ -358,9 +358,21 @@ def static_hyperparameters(settings: RunSettings) -> dict[str, str]:
     }
 
 
+FINE_TUNING_HYPERPARAMETERS = (
+    container.HP_PRETRAINED,
+    container.HP_BACKBONE_LR_FACTOR,
+    container.HP_FREEZE_BACKBONE_EPOCHS,
+)
+
+
 def fine_tuning_hyperparameters(settings: RunSettings, weights_uri: str) -> dict[str, str]:
-    """What a run that starts from weights adds: the weights file (the channel holds it, by the URI's
-    last part), the backbone's share of the learning rate and the epochs it stays frozen."""
+    """The weights file (the channel holds it, by the URI's last part), the backbone's share of the
+    learning rate and the epochs it stays frozen. A run from scratch names them too, at the container's
+    defaults (no weights, the whole model at lr, nothing frozen): SageMaker refuses a warm start whose
+    job has more or fewer static plus tunable hyperparameters than its parent, and a data set's runs
+    start from scratch, weights or its champion in turn."""
+    if not weights_uri:
+        return {name: str(container.HYPERPARAMETER_DEFAULTS[name]) for name in FINE_TUNING_HYPERPARAMETERS}
     return {
         container.HP_PRETRAINED: weights_uri.rsplit("/", 1)[-1],
         container.HP_BACKBONE_LR_FACTOR: str(settings["backbone_lr_factor"]),
@@ -406,8 +418,7 @@ def build_run(ctx: Context, config: Config) -> Run:
     start = start_of(
         settings, ctx.start_from, ctx.state, (ctx.fixed or {}).get(container.HP_MODEL, settings["model"])
     )
-    if start["uri"]:  # the channel holds one file, by the URI's last part
-        static.update(fine_tuning_hyperparameters(settings, start["uri"]))
+    static.update(fine_tuning_hyperparameters(settings, start["uri"]))
     champion = ctx.state.get("champion") or {}
     parent = str(ctx.state.get("last_tuning_job") or "")
     return {

@@ -530,6 +530,17 @@ def test_a_second_run_warm_starts_from_the_last_tuning_job(harness: Harness) -> 
         {"HyperParameterTuningJobName": first_tuning}
     ]
     assert any(r["ProcessingJobName"].endswith("champion") for r in harness.sagemaker.requests["processing"])
+    # AND, from the champion where the first run started from scratch, it has as many static plus tunable
+    # hyperparameters as its parent: SageMaker refuses a warm start otherwise
+    first = harness.sagemaker.requests["tuning"][0]
+    assert harness.record("flowers-00002")["started_from"]["kind"] == "champion"
+    assert first["TrainingJobDefinition"]["StaticHyperParameters"]["pretrained"] == ""
+    assert _hyperparameter_count(second) == _hyperparameter_count(first)
+
+
+def _hyperparameter_count(tuning: dict[str, Any]) -> int:
+    ranges = tuning["HyperParameterTuningJobConfig"]["ParameterRanges"].values()
+    return len(tuning["TrainingJobDefinition"]["StaticHyperParameters"]) + sum(map(len, ranges))
 
 
 def test_gate_rejects_a_challenger_that_does_not_beat_the_champion(harness: Harness) -> None:

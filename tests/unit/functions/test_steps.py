@@ -835,12 +835,16 @@ def test_a_run_starts_from_the_champion_then_pretrained_weights_then_scratch(
     assert channels.get("pretrained", "") == uri
     assert run["static_hyperparameters"].get("pretrained", "") == uri.rsplit("/", 1)[-1]
     assert set(channels) >= {"train", "manifest"}
-    # AND a run from weights fine-tunes them: the backbone at the stack's share of the learning rate
+    # AND a run from weights fine-tunes them: the backbone at the stack's share of the learning rate;
+    # a run from scratch names the same hyperparameters with neutral values (warm start counts them)
     fine_tuning = {
-        k: run["static_hyperparameters"].get(k) for k in ("backbone-lr-factor", "freeze-backbone-epochs")
+        k: run["static_hyperparameters"][k]
+        for k in ("pretrained", "backbone-lr-factor", "freeze-backbone-epochs")
     }
     expected = (
-        {"backbone-lr-factor": "0.1", "freeze-backbone-epochs": "0"} if uri else dict.fromkeys(fine_tuning)
+        {"pretrained": uri.rsplit("/", 1)[-1], "backbone-lr-factor": "0.1", "freeze-backbone-epochs": "0"}
+        if uri
+        else {"pretrained": "", "backbone-lr-factor": "1.0", "freeze-backbone-epochs": "0"}
     )
     assert fine_tuning == expected
     # AND the run record keeps the lineage
