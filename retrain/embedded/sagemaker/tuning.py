@@ -178,13 +178,14 @@ def check_tuning_request(request: Mapping[str, Any], *, known_tuning_jobs: Mappi
         )
     definition = request.get("TrainingJobDefinition") or {}
     _check_objective(config, definition)
-    specs = parse_ranges(config.get("ParameterRanges") or {}, definition.get("StaticHyperParameters") or {})
+    static = definition.get("StaticHyperParameters") or {}
+    specs = parse_ranges(config.get("ParameterRanges") or {}, static)
     if strategy == "Grid" and any(s.kind != "Categorical" for s in specs):
         raise validation("The Grid strategy supports categorical parameter ranges only", OPERATION)
     _check_limits(config, strategy)
     warm = request.get("WarmStartConfig")
     if warm:
-        _check_warm_start(warm, specs, known_tuning_jobs)
+        _check_warm_start(warm, len(static) + len(specs), specs, known_tuning_jobs)
 
 
 def _check_objective(config: Mapping[str, Any], definition: Mapping[str, Any]) -> None:
@@ -219,8 +220,13 @@ def _check_limits(config: Mapping[str, Any], strategy: str) -> None:
 
 
 def _check_warm_start(
-    warm: Mapping[str, Any], specs: list[ParameterSpec], known_tuning_jobs: Mapping[str, Any]
+    warm: Mapping[str, Any],
+    hyperparameter_count: int,
+    specs: list[ParameterSpec],
+    known_tuning_jobs: Mapping[str, Any],
 ) -> None:
+    """Either warm start type may move a hyperparameter between static and tunable, but the job must have
+    as many static plus tunable hyperparameters as each parent (SageMaker refuses it otherwise)."""
     if warm.get("WarmStartType") not in WARM_START_TYPES:
         raise validation(f"WarmStartConfig.WarmStartType must be one of {WARM_START_TYPES}", OPERATION)
     parents = warm.get("ParentHyperParameterTuningJobs") or []
@@ -237,8 +243,21 @@ def _check_warm_start(
                 "needs parents that are Completed or Stopped",
                 OPERATION,
             )
+        parent_count = _hyperparameter_count(record["request"])
+        if parent_count != hyperparameter_count:
+            raise validation(
+                f"The number of static plus tunable hyperparameters ({hyperparameter_count}) must be the "
+                f"same as in parent tuning job {name!r} ({parent_count}) for a warm start",
+                OPERATION,
+            )
         if warm["WarmStartType"] == "IdenticalDataAndAlgorithm":
             _check_same_tuned_names(name, record, specs)
+
+
+def _hyperparameter_count(request: Mapping[str, Any]) -> int:
+    static = (request.get("TrainingJobDefinition") or {}).get("StaticHyperParameters") or {}
+    ranges = (request.get("HyperParameterTuningJobConfig") or {}).get("ParameterRanges") or {}
+    return len(static) + len(parse_ranges(ranges, static))
 
 
 def _check_same_tuned_names(parent: str, record: Mapping[str, Any], specs: list[ParameterSpec]) -> None:

@@ -188,6 +188,70 @@ def test_warm_start_sees_the_parent_trials_across_a_restart(
     assert child._tuning["child"]["WarmStartedTrials"] == 2
 
 
+def _finished_parent(emulator: SageMakerEmulator) -> dict[str, Any]:
+    """A one-trial parent: static epochs and steps-per-epoch, lr tuned (3 hyperparameters)."""
+    ranges = {"CategoricalParameterRanges": [{"Name": "lr", "Values": ["0.1"]}]}
+    emulator.create_hyper_parameter_tuning_job(
+        **tuning_request("parent", strategy="Grid", jobs=0, parallel=1, ranges=ranges)
+    )
+    return wait_tuning(emulator, "parent")
+
+
+WARM_FROM_PARENT = {
+    "ParentHyperParameterTuningJobs": [{"HyperParameterTuningJobName": "parent"}],
+    "WarmStartType": "TransferLearning",
+}
+
+
+def test_warm_start_with_more_hyperparameters_than_the_parent_is_refused(
+    aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator]
+) -> None:
+    # GIVEN a finished parent with 3 hyperparameters, and a child that adds a static one (as a run from
+    # weights adds `pretrained` to a data set whose first run started from scratch)
+    put_images(aws["s3"], "data/train")
+    emulator = make_emulator()
+    _finished_parent(emulator)
+    child = tuning_request(
+        "child",
+        strategy="Grid",
+        jobs=0,
+        parallel=1,
+        ranges={"CategoricalParameterRanges": [{"Name": "lr", "Values": ["0.1"]}]},
+        WarmStartConfig=WARM_FROM_PARENT,
+    )
+    child["TrainingJobDefinition"]["StaticHyperParameters"]["pretrained"] = "model.tar.gz"
+    # WHEN it is created THEN SageMaker's rule refuses it, naming both counts
+    with pytest.raises(ClientError) as error:
+        emulator.create_hyper_parameter_tuning_job(**child)
+    assert error.value.response["Error"]["Code"] == "ValidationException"
+    assert "static plus tunable hyperparameters (4)" in error.value.response["Error"]["Message"]
+    assert "'parent' (3)" in error.value.response["Error"]["Message"]
+
+
+def test_warm_start_may_move_a_hyperparameter_between_static_and_tunable(
+    aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator]
+) -> None:
+    # GIVEN a finished parent that tuned lr with epochs static
+    put_images(aws["s3"], "data/train")
+    emulator = make_emulator()
+    _finished_parent(emulator)
+    # WHEN a child tunes epochs and keeps lr static: still 3 hyperparameters
+    child = tuning_request(
+        "child",
+        strategy="Grid",
+        jobs=0,
+        parallel=1,
+        ranges={"CategoricalParameterRanges": [{"Name": "epochs", "Values": ["1"]}]},
+        WarmStartConfig=WARM_FROM_PARENT,
+    )
+    static = child["TrainingJobDefinition"]["StaticHyperParameters"]
+    del static["epochs"]
+    static["lr"] = "0.1"
+    emulator.create_hyper_parameter_tuning_job(**child)
+    # THEN it is accepted and runs
+    assert wait_tuning(emulator, "child")["HyperParameterTuningJobStatus"] == "Completed"
+
+
 def test_warm_start_from_an_unknown_parent_is_refused(
     make_emulator: Callable[..., SageMakerEmulator],
 ) -> None:
