@@ -200,7 +200,7 @@ def starts_for(model: str, work: Path, part: Path, settings: Settings) -> tuple[
             )
     archive, curve = champion(model, part, work, settings, first)
     origin = "imagenet" if first is not scratch else "scratch"
-    # As the stack fine-tunes a run from the champion: the backbone at FineTuneBackboneLrFactor's share.
+    # As the stack fine-tunes a run from the champion: the backbone at FineTuneBackboneLrFactorMin's share.
     factor = {contract.HP_BACKBONE_LR_FACTOR: str(settings.fine_tune_factor or 1.0)}
     runs.append(Start(f"{model}, champion (first run from {origin})", model, archive, factor))
     return runs, curve

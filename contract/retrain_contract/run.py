@@ -57,8 +57,12 @@ class RunSettings(TypedDict):
     small_labels: str
     system_rule_patience: int
     pretrained_model_uri: str  # weights a data set's first run starts from; empty: none
-    backbone_lr_factor: float  # a run from weights: the backbone's share of the learning rate
-    freeze_backbone_epochs: int  # a run from weights: epochs that train only the head
+    # a run from weights: the backbone's share of the learning rate and the epochs that train only the
+    # head, each fixed (min == max) or tuned within [min, max]
+    backbone_lr_factor_min: float
+    backbone_lr_factor_max: float
+    freeze_backbone_epochs_min: int
+    freeze_backbone_epochs_max: int
 
 
 class SettingsError(ValueError):

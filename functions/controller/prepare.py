@@ -365,19 +365,73 @@ FINE_TUNING_HYPERPARAMETERS = (
 )
 
 
-def fine_tuning_hyperparameters(settings: RunSettings, weights_uri: str) -> dict[str, str]:
+@dataclass(frozen=True)
+class FineTuningRange:
+    """A fine-tuning hyperparameter a run from weights fixes (min == max) or tunes within [min, max]."""
+
+    name: str
+    kind: str  # a ParameterRanges kind: Continuous | Integer
+    setting: str  # RunSettings' stem: <setting>_min, <setting>_max
+    parameters: str  # the stack parameters' stem: <parameters>Min, <parameters>Max
+
+    def bounds(self, settings: Mapping[str, Any]) -> tuple[float, float]:
+        low, high = settings[f"{self.setting}_min"], settings[f"{self.setting}_max"]
+        if low > high:
+            raise ConfigurationError(
+                f"stack parameters {self.parameters}Min ({low}) and {self.parameters}Max ({high}): Min must "
+                f"not exceed Max; give them equal to fix {self.name}, or Min < Max to tune it"
+            )
+        return low, high
+
+    def range(self, low: float, high: float) -> dict[str, Any]:
+        scaling = "Logarithmic" if self.kind == "Continuous" and low > 0 else "Linear"
+        return {"Name": self.name, "MinValue": str(low), "MaxValue": str(high), "ScalingType": scaling}
+
+
+FINE_TUNING_RANGES = (
+    FineTuningRange(
+        container.HP_BACKBONE_LR_FACTOR, "Continuous", "backbone_lr_factor", "FineTuneBackboneLrFactor"
+    ),
+    FineTuningRange(
+        container.HP_FREEZE_BACKBONE_EPOCHS, "Integer", "freeze_backbone_epochs", "FineTuneFreezeEpochs"
+    ),
+)
+
+
+@dataclass(frozen=True)
+class FineTuning:
+    """How a run treats its starting weights: hyperparameters fixed for every trial, ranges tuning
+    chooses within, and the value a run without tuning takes for each tuned one (its range's Min)."""
+
+    static: dict[str, str]
+    ranges: dict[str, list[dict[str, Any]]]
+    untuned: dict[str, str]
+
+
+def fine_tuning(settings: Mapping[str, Any], weights_uri: str) -> FineTuning:
     """The weights file (the channel holds it, by the URI's last part), the backbone's share of the
-    learning rate and the epochs it stays frozen. A run from scratch names them too, at the container's
-    defaults (no weights, the whole model at lr, nothing frozen): SageMaker refuses a warm start whose
-    job has more or fewer static plus tunable hyperparameters than its parent, and a data set's runs
-    start from scratch, weights or its champion in turn."""
+    learning rate and the epochs it stays frozen, each fixed or tuned as the stack says. A run from
+    scratch names them too, at the container's defaults (no weights, the whole model at lr, nothing
+    frozen): SageMaker refuses a warm start whose job has more or fewer static plus tunable
+    hyperparameters than its parent, and a data set's runs start from scratch, weights or its champion
+    in turn. Moving one between static and tunable is allowed."""
+    bounds = [(r, *r.bounds(settings)) for r in FINE_TUNING_RANGES]  # a bad pair fails every run alike
     if not weights_uri:
-        return {name: str(container.HYPERPARAMETER_DEFAULTS[name]) for name in FINE_TUNING_HYPERPARAMETERS}
-    return {
-        container.HP_PRETRAINED: weights_uri.rsplit("/", 1)[-1],
-        container.HP_BACKBONE_LR_FACTOR: str(settings["backbone_lr_factor"]),
-        container.HP_FREEZE_BACKBONE_EPOCHS: str(settings["freeze_backbone_epochs"]),
-    }
+        defaults = {
+            name: str(container.HYPERPARAMETER_DEFAULTS[name]) for name in FINE_TUNING_HYPERPARAMETERS
+        }
+        return FineTuning(defaults, {}, {})
+    static = {container.HP_PRETRAINED: weights_uri.rsplit("/", 1)[-1]}
+    ranges: dict[str, list[dict[str, Any]]] = {}
+    untuned: dict[str, str] = {}
+    for spec, low, high in bounds:
+        value = _hp(int(low) if spec.kind == "Integer" else low)
+        if low == high:
+            static[spec.name] = value
+        else:
+            ranges.setdefault(f"{spec.kind}ParameterRanges", []).append(spec.range(low, high))
+            untuned[spec.name] = value
+    return FineTuning(static, ranges, untuned)
 
 
 def artifact_uris(bucket: str, dataset: str, run_id: str) -> dict[str, str]:
@@ -418,7 +472,11 @@ def build_run(ctx: Context, config: Config) -> Run:
     start = start_of(
         settings, ctx.start_from, ctx.state, (ctx.fixed or {}).get(container.HP_MODEL, settings["model"])
     )
-    static.update(fine_tuning_hyperparameters(settings, start["uri"]))
+    tuning = fine_tuning(settings, start["uri"])
+    static.update(tuning.static)
+    ranges = parameter_ranges(settings)
+    for kind, items in tuning.ranges.items():
+        ranges[kind] = ranges.get(kind, []) + items
     champion = ctx.state.get("champion") or {}
     parent = str(ctx.state.get("last_tuning_job") or "")
     return {
@@ -460,10 +518,10 @@ def build_run(ctx: Context, config: Config) -> Run:
         "tuning_strategy": settings["tuning_strategy"],
         "max_jobs": settings["max_jobs"],
         "parallel_jobs": settings["parallel_jobs"],
-        "parameter_ranges": parameter_ranges(settings),
+        "parameter_ranges": ranges,
         "container": container.state_machine_spec(system_rule_patience=settings["system_rule_patience"]),
         "static_hyperparameters": static,
-        "hyperparameters": {**static, **(ctx.fixed or {})},
+        "hyperparameters": {**static, **tuning.untuned, **(ctx.fixed or {})},
         "fixed_hyperparameters": ctx.fixed is not None,
         "final_training": ctx.fixed is not None or settings["final_training"],
         "warm_start": bool(parent),

@@ -136,7 +136,8 @@ class ScriptedSageMaker:
                 "BillableTimeInSeconds": 30,
                 "CreationTime": EPOCH,
             }
-        self.jobs[name] = {"trials": trials, "best": trials[1]}
+        ranges = request["HyperParameterTuningJobConfig"]["ParameterRanges"]
+        self.jobs[name] = {"trials": trials, "best": trials[1], "ranges": ranges}
         return {
             "HyperParameterTuningJobArn": f"arn:aws:sagemaker:us-east-1:{ACCOUNT}:"
             f"hyper-parameter-tuning-job/{name}"
@@ -145,13 +146,20 @@ class ScriptedSageMaker:
     def describe_hyper_parameter_tuning_job(self, **request: Any) -> dict[str, Any]:
         name = request["HyperParameterTuningJobName"]
         best = self.jobs[name]["best"]
+        # the best trial's value of every tuned hyperparameter: these three, and each other range's Max
+        tuned = {
+            r["Name"]: r["MaxValue"]
+            for kind in ("ContinuousParameterRanges", "IntegerParameterRanges")
+            for r in self.jobs[name]["ranges"].get(kind, [])
+        }
+        tuned.update({"lr": "0.05", "optimizer": '"adamw"', "weight-decay": "0.0001"})
         return {
             "HyperParameterTuningJobName": name,
             "HyperParameterTuningJobStatus": "Completed",
             "CreationTime": EPOCH,
             "BestTrainingJob": {
                 "TrainingJobName": best,
-                "TunedHyperParameters": {"lr": "0.05", "optimizer": '"adamw"', "weight-decay": "0.0001"},
+                "TunedHyperParameters": tuned,
                 "FinalHyperParameterTuningJobObjectiveMetric": {"MetricName": "val-accuracy", "Value": 0.91},
                 "TrainingJobStatus": "Completed",
                 "CreationTime": EPOCH,
@@ -536,6 +544,45 @@ def test_a_second_run_warm_starts_from_the_last_tuning_job(harness: Harness) -> 
     assert harness.record("flowers-00002")["started_from"]["kind"] == "champion"
     assert first["TrainingJobDefinition"]["StaticHyperParameters"]["pretrained"] == ""
     assert _hyperparameter_count(second) == _hyperparameter_count(first)
+
+
+def test_a_run_from_weights_tunes_the_fine_tuning_the_stack_gives_ranges_for(harness: Harness) -> None:
+    # GIVEN a first run from scratch, and a stack that tunes the backbone's share of the learning rate
+    # (0.05-0.5) and the epochs it stays frozen (0-2)
+    assert harness.run({"dataset": "flowers"})["status"] == "SUCCEEDED"
+    harness.config = dataclasses.replace(
+        harness.config,
+        settings={
+            **SETTINGS,
+            "backbone_lr_factor_min": 0.05,
+            "backbone_lr_factor_max": 0.5,
+            "freeze_backbone_epochs_min": 0,
+            "freeze_backbone_epochs_max": 2,
+        },
+    )
+    # WHEN new images arrive and a second run starts from the champion
+    harness.upload("data/flowers/rose/e.jpg")
+    assert harness.run({"dataset": "flowers"}, name="flowers-00002")["status"] == "SUCCEEDED"
+    # THEN its tuning job tunes both (the share on a log scale), none of them also static ...
+    second = harness.sagemaker.requests["tuning"][-1]
+    ranges = second["HyperParameterTuningJobConfig"]["ParameterRanges"]
+    assert {
+        "Name": "backbone-lr-factor",
+        "MinValue": "0.05",
+        "MaxValue": "0.5",
+        "ScalingType": "Logarithmic",
+    } in (ranges["ContinuousParameterRanges"])
+    assert ranges["IntegerParameterRanges"] == [
+        {"Name": "freeze-backbone-epochs", "MinValue": "0", "MaxValue": "2", "ScalingType": "Linear"}
+    ]
+    static = second["TrainingJobDefinition"]["StaticHyperParameters"]
+    assert "backbone-lr-factor" not in static and "freeze-backbone-epochs" not in static
+    assert static["pretrained"] == "model.tar.gz"
+    # ... it warm-starts from the first run's job, where they were static, with as many of them
+    assert _hyperparameter_count(second) == _hyperparameter_count(harness.sagemaker.requests["tuning"][0])
+    # AND the final training job trains with the best trial's values
+    final = harness.sagemaker.requests["training"][-1]["HyperParameters"]
+    assert (final["backbone-lr-factor"], final["freeze-backbone-epochs"]) == ("0.5", "2")
 
 
 def _hyperparameter_count(tuning: dict[str, Any]) -> int:

@@ -854,6 +854,52 @@ def test_a_run_starts_from_the_champion_then_pretrained_weights_then_scratch(
         assert record["started_from"]["model_package_arn"] == CHAMPION_ARN
 
 
+def test_a_run_without_tuning_takes_the_low_end_of_each_fine_tuning_range(aws, config, events_dir):
+    # GIVEN a stack that tunes the backbone's share from 0 (frozen) to 0.3 and the frozen epochs 1-3
+    _upload(aws, config, events_dir, "data/flowers/daisy/a.jpg", "data/flowers/tulip/b.png")
+    _put_object(aws, "s3://weights/w.pth")
+    settings = {
+        **config.settings,
+        "pretrained_model_uri": "s3://weights/w.pth",
+        "backbone_lr_factor_min": 0,
+        "backbone_lr_factor_max": 0.3,
+        "freeze_backbone_epochs_min": 1,
+        "freeze_backbone_epochs_max": 3,
+    }
+    # WHEN a run with fixed hyperparameters (no tuning job) is prepared
+    overrides = {"hyperparameters": {"lr": 0.01}}
+    run = _prepare(
+        aws, dataclasses.replace(config, settings=settings), {"dataset": "flowers", "overrides": overrides}
+    )
+    # THEN its training job fine-tunes at each range's Min, and a tuning job would search them
+    # (linearly where the range starts at 0)
+    assert run["fixed_hyperparameters"] is True
+    hyperparameters = run["hyperparameters"]
+    assert (hyperparameters["backbone-lr-factor"], hyperparameters["freeze-backbone-epochs"]) == ("0", "1")
+    assert hyperparameters["lr"] == "0.01" and hyperparameters["pretrained"] == "w.pth"
+    assert {"Name": "backbone-lr-factor", "MinValue": "0", "MaxValue": "0.3", "ScalingType": "Linear"} in (
+        run["parameter_ranges"]["ContinuousParameterRanges"]
+    )
+
+
+@pytest.mark.parametrize("stem", ["backbone_lr_factor", "freeze_backbone_epochs"])
+def test_prepare_refuses_a_fine_tuning_range_whose_min_exceeds_its_max(aws, config, events_dir, stem):
+    from controller.errors import ConfigurationError
+
+    # GIVEN a stack whose Min is above its Max (CloudFormation cannot compare two parameters)
+    _upload(aws, config, events_dir, "data/flowers/daisy/a.jpg", "data/flowers/tulip/b.png")
+    settings = {**config.settings, f"{stem}_min": 1, f"{stem}_max": 0}
+    parameter = {
+        "backbone_lr_factor": "FineTuneBackboneLrFactor",
+        "freeze_backbone_epochs": "FineTuneFreezeEpochs",
+    }
+    # WHEN a run is prepared THEN it fails naming both parameters and the fix, from scratch too
+    with pytest.raises(
+        ConfigurationError, match=rf"{parameter[stem]}Min \(1\) and {parameter[stem]}Max \(0\)"
+    ):
+        _prepare(aws, dataclasses.replace(config, settings=settings), {"dataset": "flowers"})
+
+
 @pytest.mark.parametrize(
     ("champion", "overrides", "words"),
     [
