@@ -203,6 +203,13 @@ WARM_FROM_PARENT = {
 }
 
 
+def _warm_child(ranges: dict[str, Any]) -> dict[str, Any]:
+    """A one-trial Grid job that warm-starts from `parent`."""
+    return tuning_request(
+        "child", strategy="Grid", jobs=0, parallel=1, ranges=ranges, WarmStartConfig=WARM_FROM_PARENT
+    )
+
+
 def test_warm_start_with_more_hyperparameters_than_the_parent_is_refused(
     aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator]
 ) -> None:
@@ -211,14 +218,7 @@ def test_warm_start_with_more_hyperparameters_than_the_parent_is_refused(
     put_images(aws["s3"], "data/train")
     emulator = make_emulator()
     _finished_parent(emulator)
-    child = tuning_request(
-        "child",
-        strategy="Grid",
-        jobs=0,
-        parallel=1,
-        ranges={"CategoricalParameterRanges": [{"Name": "lr", "Values": ["0.1"]}]},
-        WarmStartConfig=WARM_FROM_PARENT,
-    )
+    child = _warm_child({"CategoricalParameterRanges": [{"Name": "lr", "Values": ["0.1"]}]})
     child["TrainingJobDefinition"]["StaticHyperParameters"]["pretrained"] = "model.tar.gz"
     # WHEN it is created THEN SageMaker's rule refuses it, naming both counts
     with pytest.raises(ClientError) as error:
@@ -236,14 +236,7 @@ def test_warm_start_may_move_a_hyperparameter_between_static_and_tunable(
     emulator = make_emulator()
     _finished_parent(emulator)
     # WHEN a child tunes epochs and keeps lr static: still 3 hyperparameters
-    child = tuning_request(
-        "child",
-        strategy="Grid",
-        jobs=0,
-        parallel=1,
-        ranges={"CategoricalParameterRanges": [{"Name": "epochs", "Values": ["1"]}]},
-        WarmStartConfig=WARM_FROM_PARENT,
-    )
+    child = _warm_child({"CategoricalParameterRanges": [{"Name": "epochs", "Values": ["1"]}]})
     static = child["TrainingJobDefinition"]["StaticHyperParameters"]
     del static["epochs"]
     static["lr"] = "0.1"
