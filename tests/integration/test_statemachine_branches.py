@@ -37,6 +37,7 @@ from controller import (
 )
 from controller.config import Config
 from retrain.embedded.account import ACCOUNT_ID
+from retrain.embedded.gatekeeper import contracts
 from retrain.embedded.stepfunctions.integrations import installed
 from tests.unit.functions.support import (
     Aws,
@@ -578,6 +579,8 @@ def test_a_run_from_weights_tunes_the_fine_tuning_the_stack_gives_ranges_for(har
     static = second["TrainingJobDefinition"]["StaticHyperParameters"]
     assert "backbone-lr-factor" not in static and "freeze-backbone-epochs" not in static
     assert static["pretrained"] == "model.tar.gz"
+    # ... as botocore's model of the operation admits (lengths, patterns, enums) ...
+    contracts.check("sagemaker", "CreateHyperParameterTuningJob", second)
     # ... it warm-starts from the first run's job, where they were static, with as many of them
     assert _hyperparameter_count(second) == _hyperparameter_count(harness.sagemaker.requests["tuning"][0])
     # AND the final training job trains with the best trial's values
