@@ -13,7 +13,6 @@ first run's tuning job. The injected faults are test_e2e_faults.py's subject.
 from __future__ import annotations
 
 import io
-import json
 from pathlib import Path
 
 import pytest
@@ -22,8 +21,10 @@ from PIL import Image
 
 from controller import names, runs
 from retrain import demo_data
+from retrain.collect import read_json_object
 from retrain.demo import DEMO_PARAMETERS
 from retrain.embedded.faults import Faults
+from retrain_contract import container as contract
 from retrain_training import models
 from tests.integration.embedded.flow import DATASET, IMAGES, Finished, Uploads, lock_holder, run_to_the_end
 
@@ -135,9 +136,10 @@ def test_an_upload_alone_runs_the_whole_flow_and_a_later_run_warm_starts_after_a
 
 def _evaluation(finished: Finished, side: str) -> dict:  # type: ignore[type-arg]
     """The evaluation.json the gate read for the run's challenger or champion."""
-    bucket, key = finished.record[side]["report_uri"].removeprefix("s3://").split("/", 1)  # type: ignore[literal-required]
-    body = finished.stack.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
-    return json.loads(body)  # type: ignore[no-any-return]
+    uri = finished.record[side]["report_uri"]  # type: ignore[literal-required]
+    evaluation = read_json_object(finished.stack.client("s3"), uri, contract.EVALUATION_FILE)
+    assert evaluation is not None, f"no {contract.EVALUATION_FILE} at {uri}"
+    return evaluation  # type: ignore[no-any-return]
 
 
 def _channel(job: dict, name: str) -> str:  # type: ignore[type-arg]
