@@ -133,7 +133,7 @@ def load(
     values.update(parameters or {})
     check_parameters(template, values)
     check_rules(template, values, region=region, stack_name=STACK)
-    packaged, _ = package(template, template_path.parent, _NoUpload())
+    packaged = package(template, template_path.parent, _NoUpload())
     translated = translate(packaged, values, region)
     refs, attributes = _stand_ins(translated["Resources"], region)
     partition, url_suffix = partition_of(region)

@@ -3,11 +3,12 @@
 ``EmbeddedStack`` starts the server (``AWS_ENDPOINT_URL`` for everything: the CLI, the Lambda processes,
 the training jobs) behind the gatekeeper (every request held against its API contract and its role's
 IAM policies, :mod:`retrain.embedded.gatekeeper.iam`), installs the integrations moto lacks, provisions the
-template as a CloudFormation stack (its parameters and Rules checked first), wires the Lambda runtime,
-the SQS pollers and the scheduler (each signing as its function's role), and restores the data saved by
-the previous stop. ``stop()`` saves the data again (``snapshot``), so runs, reports and warm starts outlive
-the process. :mod:`retrain.embedded.background` runs the same stack as a background process for
-``retrain local up|down``.
+template as a CloudFormation stack (its parameters and Rules checked first), wires the Lambda runtime
+(each function runs from ``sam build``'s output of its CodeUri and layers, on the template's runtime:
+:mod:`retrain.embedded.provisioning.build`), the SQS pollers and the scheduler (each signing as its
+function's role), and restores the data saved by the previous stop. ``stop()`` saves the data again
+(``snapshot``), so runs, reports and warm starts outlive the process. :mod:`retrain.embedded.background`
+runs the same stack as a background process for ``retrain local up|down``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from botocore.config import Config
 
 from retrain.embedded import snapshot
 from retrain.embedded.account import ACCOUNT_ID, REGION
+from retrain.embedded.awslambda.interpreters import RuntimeUnavailableError
 from retrain.embedded.awslambda.runtime import LambdaRuntime
 from retrain.embedded.events import s3_notices, sqs_speed
 from retrain.embedded.events.sagemaker_jobs import JobEvents
@@ -42,6 +44,7 @@ from retrain.embedded.gatekeeper.gate import Gatekeeper, RequestRefusedError
 from retrain.embedded.gatekeeper.iam.actions import LOG_DELIVERY_ACTIONS, Access
 from retrain.embedded.gatekeeper.iam.evaluator import PolicyEvaluator
 from retrain.embedded.gatekeeper.iam.principals import Principals
+from retrain.embedded.provisioning.build import DEFAULT_BUILD_ROOT, build_functions
 from retrain.embedded.provisioning.external import (
     ExternalCreators,
     create_external,
@@ -101,6 +104,8 @@ class EmbeddedStack:
         port: int = 0,
     ) -> None:
         self.state_dir = Path(state_dir).resolve()
+        # Where the functions' `sam build` output is kept, by content (shared by every stack).
+        self.build_root = DEFAULT_BUILD_ROOT
         self.parameter_overrides = dict(parameter_overrides or {})
         self.faults = faults if faults is not None else Faults()
         self.spot = spot
@@ -322,7 +327,11 @@ class EmbeddedStack:
             check_rules(template, parameters, region=REGION, stack_name=self.stack_name)
         except ProvisioningError as error:
             raise EmbeddedStackError(f"stack {self.stack_name} refused at creation: {error}") from None
-        packaged, code_dirs = package(template, self.template.parent, s3)
+        try:
+            builds = build_functions(template, self.template.parent, root=self.build_root)
+        except (ProvisioningError, RuntimeUnavailableError) as error:
+            raise EmbeddedStackError(f"building the Lambda functions of {self.template}: {error}") from None
+        packaged = package(template, self.template.parent, s3)
         # moto's CloudFormation keeps AWS::NoValue as a null: leave those out first, as AWS does
         self.translated = without_no_value(translate(packaged, parameters, REGION), parameters)
         creators = ExternalCreators(self.fsx, self.sagemaker, stack_name=self.stack_name)
@@ -369,7 +378,7 @@ class EmbeddedStack:
         detach_moto_sqs_delivery()
         self.wiring = wire(
             body,
-            code_dirs,
+            builds,
             physical=physical,
             lambda_client=self.client("lambda"),
             sqs_client=self.client("sqs"),

@@ -1,10 +1,15 @@
 """The embedded Lambda runtime: the template's handlers run as real Python processes, one environment each.
 
 Each function gets a small pool of long-lived worker processes (:mod:`retrain.embedded.awslambda.worker`),
-started on first use with exactly the environment the template gives that function, plus the variables
-Lambda itself sets and ``AWS_ENDPOINT_URL`` so the handler's boto3 clients reach the emulation with no
-local-only code path. A worker serves one invocation at a time, like a Lambda execution environment; an
-invocation that runs past the function's Timeout kills its worker and fails as Lambda does.
+started on first use on the function's runtime (the template's ``python3.13``: :mod:`.interpreters`),
+isolated (``-I -S``: no site-packages, no ``PYTHON*`` variables, nothing of the development environment)
+and importing only from the function's build (its task root, ``LAMBDA_TASK_ROOT``) and its layers, as
+:mod:`retrain.embedded.provisioning.build` made them with ``sam build``. The environment is exactly the one
+the template gives that function, plus the variables Lambda itself sets and ``AWS_ENDPOINT_URL`` so the
+handler's boto3 clients reach the emulation with no local-only code path. A worker serves one invocation
+at a time, like a Lambda execution environment; an invocation that runs past the function's Timeout kills
+its worker and fails as Lambda does, and so does one whose handler module cannot be imported
+(``Runtime.ImportModuleError``).
 """
 
 from __future__ import annotations
@@ -14,7 +19,6 @@ import logging
 import os
 import queue
 import subprocess
-import sys
 import threading
 import uuid
 from collections.abc import Callable
@@ -22,11 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Final
 
-from retrain.embedded.account import REGION
+from retrain.embedded.account import ACCOUNT_ID, REGION
+from retrain.embedded.awslambda.interpreters import interpreter
 from retrain.embedded.stepfunctions.errors import TaskFailed
 
 LOG = logging.getLogger(__name__)
-REPO_ROOT: Final = Path(__file__).resolve().parents[3]
+# The bootstrap each environment runs: a standalone script of the standard library only.
+WORKER: Final = Path(__file__).resolve().with_name("worker.py")
 TIMEOUT_ERROR: Final = "Sandbox.Timedout"
 INIT_SECONDS: Final = 10.0
 
@@ -37,7 +43,9 @@ class FunctionNotFoundError(KeyError):
 
 @dataclass(frozen=True)
 class FunctionSpec:
-    """One AWS::Lambda::Function as the template declares it."""
+    """One AWS::Lambda::Function as the template declares it, with its build: ``code_dir`` is the task
+    root (``/var/task``, what ``sam build`` made of its CodeUri), ``layers`` what each of its layers unpacks
+    at ``/opt`` (in the function's Layers order), ``runtime`` the template's (python3.13)."""
 
     name: str
     handler: str
@@ -47,12 +55,17 @@ class FunctionSpec:
     memory_mb: int = 128
     logical_id: str = ""
     role_arn: str = ""  # the execution role: the function's AWS calls are signed as its session
+    layers: tuple[Path, ...] = ()
+    runtime: str = field(kw_only=True)
 
 
 class _Worker:
     def __init__(self, spec: FunctionSpec, env: dict[str, str], log: IO[str]) -> None:
+        # Later layers first: where two layers hold the same file, Lambda keeps the later one's in /opt.
+        layers = [str(layer) for layer in reversed(spec.layers)]
+        python = interpreter(spec.runtime).executable
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "retrain.embedded.awslambda.worker", str(spec.code_dir), spec.handler],
+            [str(python), "-I", "-S", str(WORKER), spec.handler, *layers],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=log,
@@ -71,10 +84,15 @@ class _Worker:
             self.replies.put(line)
         self.replies.put(None)
 
-    def call(self, payload: Any, timeout: float) -> dict[str, Any] | None:
+    def call(self, payload: Any, timeout: float, function_arn: str) -> dict[str, Any] | None:
         """The reply, or None when the worker died or ran past ``timeout`` (it is then killed)."""
         assert self.process.stdin is not None
-        request = {"payload": payload, "timeout": timeout, "request_id": str(uuid.uuid4())}
+        request = {
+            "payload": payload,
+            "timeout": timeout,
+            "request_id": str(uuid.uuid4()),
+            "invoked_function_arn": function_arn,
+        }
         try:
             self.process.stdin.write(json.dumps(request) + "\n")
             self.process.stdin.flush()
@@ -87,6 +105,8 @@ class _Worker:
             return None
         self.initialised = True
         reply: dict[str, Any] = json.loads(line)
+        if reply.get("init_error"):
+            self.kill()  # the environment failed its init: the next invocation starts a new one
         return reply
 
     def alive(self) -> bool:
@@ -156,8 +176,9 @@ class LambdaRuntime:
             "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(spec.memory_mb),
             "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
             "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{spec.name}",
+            "AWS_EXECUTION_ENV": f"AWS_Lambda_{spec.runtime}",
             "LAMBDA_TASK_ROOT": str(spec.code_dir),
-            "PYTHONPATH": str(REPO_ROOT),
+            "_HANDLER": spec.handler,
             **spec.environment,
         }
 
@@ -165,7 +186,8 @@ class LambdaRuntime:
         """Run one invocation; a handler error raises TaskFailed(errorType, errorMessage)."""
         spec = self.resolve(function)
         worker = self._acquire(spec)
-        reply = worker.call(payload, spec.timeout_seconds)
+        arn = f"arn:aws:lambda:{self._region}:{ACCOUNT_ID}:function:{spec.name}"
+        reply = worker.call(payload, spec.timeout_seconds, arn)
         self._release(spec, worker)
         if reply is None:
             raise TaskFailed(TIMEOUT_ERROR, f"Task timed out after {spec.timeout_seconds:.2f} seconds")
@@ -188,9 +210,15 @@ class LambdaRuntime:
                     self._busy[spec.name] = self._busy.get(spec.name, 0) + 1
                     break
                 self._cond.wait()
-        if spec.name not in self._logs:
-            self._logs[spec.name] = open(self._log_dir / f"{spec.name}.log", "a", encoding="utf-8")  # noqa: SIM115
-        return _Worker(spec, self.environment(spec), self._logs[spec.name])
+        try:
+            if spec.name not in self._logs:
+                self._logs[spec.name] = open(self._log_dir / f"{spec.name}.log", "a", encoding="utf-8")  # noqa: SIM115
+            return _Worker(spec, self.environment(spec), self._logs[spec.name])
+        except BaseException:
+            with self._cond:
+                self._busy[spec.name] -= 1
+                self._cond.notify_all()
+            raise
 
     def _release(self, spec: FunctionSpec, worker: _Worker) -> None:
         with self._cond:
@@ -225,7 +253,6 @@ def _inherited_environment() -> dict[str, str]:
         "AWS_SESSION_TOKEN",
         "POWERTOOLS_TRACE_DISABLED",
         "POWERTOOLS_METRICS_NAMESPACE",
-        "VIRTUAL_ENV",
     )
     env = {key: os.environ[key] for key in keep if key in os.environ}
     env.setdefault("AWS_ACCESS_KEY_ID", "retrain-local")

@@ -13,7 +13,8 @@ does not implement is filled in around it, each in one place:
 - the template's parameters and Rules are checked first (:mod:`.parameters`);
 - bucket versioning and notification configuration (S3 -> EventBridge/SQS) are applied after creation;
 - Lambda functions, SQS event-source mappings and scheduled rules are wired to the embedded Lambda
-  runtime (:mod:`.wiring`), and moto's own inline SQS -> Lambda delivery is switched off.
+  runtime (:mod:`.wiring`), and moto's own inline SQS -> Lambda delivery is switched off; the runtime
+  runs each function from ``sam build``'s output of its CodeUri and layers (:mod:`.build`).
 
 :func:`.wiring.unwired` lists any function, event source, rule, queue, table or state machine the template
 declares that the runtime did not wire, so a test fails when the template grows something new.
@@ -90,13 +91,13 @@ def _zip_dir(directory: Path, *, prefix: str = "") -> bytes:
     return buffer.getvalue()
 
 
-def package(
-    template: dict[str, Any], base_dir: Path, s3_client: Any
-) -> tuple[dict[str, Any], dict[str, Path]]:
-    """What ``sam package`` does: code to S3, state machine definitions inline. Returns the code dirs too."""
+def package(template: dict[str, Any], base_dir: Path, s3_client: Any) -> dict[str, Any]:
+    """What ``sam package`` does: code to S3, state machine definitions inline.
+
+    The archives hold the CodeUri and ContentUri sources (moto keeps them as the functions' code, and
+    nothing runs them): what the Lambda runtime runs is ``sam build``'s output (:mod:`.build`)."""
     out = copy.deepcopy(template)
     global_code = out.get("Globals", {}).get("Function", {}).get("CodeUri")
-    code_dirs: dict[str, Path] = {}
     uploaded: dict[Path, str] = {}
     for logical_id, resource in out["Resources"].items():
         props = resource.setdefault("Properties", {})
@@ -116,7 +117,6 @@ def package(
                 s3_client.put_object(Bucket=DEPLOY_BUCKET, Key=key, Body=_zip_dir(directory))
                 uploaded[directory] = key
             props["CodeUri"] = f"s3://{DEPLOY_BUCKET}/{uploaded[directory]}"
-            code_dirs[logical_id] = directory
         elif resource.get("Type") == "AWS::Serverless::LayerVersion":
             content = (base_dir / str(props.get("ContentUri", ""))).resolve()
             if not content.is_dir():
@@ -132,7 +132,7 @@ def package(
         ):
             definition_path = base_dir / props.pop("DefinitionUri")
             props["Definition"] = json.loads(definition_path.read_text(encoding="utf-8"))
-    return out, code_dirs
+    return out
 
 
 def translate(packaged: dict[str, Any], parameters: dict[str, str], region: str) -> dict[str, Any]:

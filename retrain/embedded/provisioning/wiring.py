@@ -5,12 +5,12 @@ what moto's CloudFormation skips (bucket versioning and notifications) applied."
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Final
 
 from retrain.embedded.awslambda.runtime import FunctionSpec
 from retrain.embedded.events.scheduler import ScheduledRule
 from retrain.embedded.events.sqs_poller import SqsMapping
+from retrain.embedded.provisioning.build import FunctionBuild
 from retrain.embedded.provisioning.sam import ProvisioningError
 
 WIRED_TYPES: Final = (
@@ -51,7 +51,7 @@ def apply_notifications(wiring: Wiring, s3_client: Any) -> None:
 
 def wire(
     translated: dict[str, Any],
-    code_dirs: dict[str, Path],
+    builds: dict[str, FunctionBuild],
     *,
     physical: dict[str, str],
     lambda_client: Any,
@@ -68,7 +68,7 @@ def wire(
         if name is None:
             continue
         if kind == "AWS::Lambda::Function":
-            wiring.functions.update(_function(logical_id, name, code_dirs, lambda_client))
+            wiring.functions.update(_function(logical_id, name, builds, lambda_client))
         elif kind == "AWS::S3::Bucket":
             _apply_bucket_versioning(s3_client, name, props)
             wiring.bucket_notifications[name] = _notification_configuration(props, physical, sqs_client)
@@ -97,17 +97,24 @@ _NAMED: Final = {
 
 
 def _function(
-    logical_id: str, name: str, code_dirs: dict[str, Path], lambda_client: Any
+    logical_id: str, name: str, builds: dict[str, FunctionBuild], lambda_client: Any
 ) -> dict[str, FunctionSpec]:
-    """The function as the Lambda runtime runs it: {its name: spec}, from the configuration moto holds."""
+    """The function as the Lambda runtime runs it: {its name: spec}, from the configuration moto holds
+    and the function's build (``sam build``'s output of its CodeUri, and its layers)."""
     config = lambda_client.get_function_configuration(FunctionName=name)
-    code_dir = code_dirs.get(logical_id)
-    if code_dir is None:
-        raise ProvisioningError(f"function {logical_id} has no local code folder (CodeUri)")
+    build = builds.get(logical_id)
+    if build is None:
+        raise ProvisioningError(f"function {logical_id} has no build of its code (CodeUri)")
+    if config.get("Runtime") != build.runtime:
+        raise ProvisioningError(
+            f"function {logical_id}: deployed with Runtime {config.get('Runtime')}, built for {build.runtime}"
+        )
     spec = FunctionSpec(
         name=config["FunctionName"],
         handler=config["Handler"],
-        code_dir=code_dir,
+        code_dir=build.task_root,
+        layers=build.layers,
+        runtime=build.runtime,
         environment={k: str(v) for k, v in config.get("Environment", {}).get("Variables", {}).items()},
         timeout_seconds=float(config.get("Timeout", 3)),
         memory_mb=int(config.get("MemorySize", 128)),

@@ -1,20 +1,104 @@
-"""`sam build`'s output of each function's CodeUri and layers, built once per content, never stale."""
+"""The embedded Lambda runtime runs each function from `sam build`'s output of its CodeUri and layers,
+built once per content, never from the source tree and never from a stale build."""
 
 from __future__ import annotations
 
+import shutil
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
+from retrain.embedded.awslambda.runtime import FunctionSpec, LambdaRuntime
 from retrain.embedded.provisioning import build
 from retrain.embedded.provisioning.build import FunctionBuild, build_functions
 from retrain.embedded.provisioning.sam import load_template
+from retrain.embedded.stepfunctions.errors import TaskFailed
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
-RUNTIME = load_template(REPO_ROOT / "template.yaml")["Globals"]["Function"]["Runtime"]
+TEMPLATE = load_template(REPO_ROOT / "template.yaml")
+RUNTIME = TEMPLATE["Globals"]["Function"]["Runtime"]
+
+
+def _functions_template(tmp_path: Path, *, mutate: dict[str, str]) -> Path:
+    """A copy of functions/ and contract/ (with ``mutate``'s lines appended to its files), under a template
+    with template.yaml's Globals, its ContractLayer and two of its functions."""
+    folder = tmp_path / "copy"
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(REPO_ROOT / "functions", folder / "functions", ignore=ignore)
+    shutil.copytree(REPO_ROOT / "contract", folder / "contract", ignore=ignore)
+    for relative, line in mutate.items():
+        with (folder / "functions" / relative).open("a", encoding="utf-8") as source:
+            source.write(f"\n{line}\n")
+    resources = TEMPLATE["Resources"]
+    globals_ = TEMPLATE["Globals"]["Function"]
+    return _write(
+        folder,
+        {
+            "Globals": {
+                "Function": {k: globals_[k] for k in ("CodeUri", "Runtime", "Architectures", "Layers")}
+            },
+            "Resources": {
+                "ContractLayer": resources["ContractLayer"],
+                **{
+                    name: {
+                        "Type": resources[name]["Type"],
+                        "Properties": {"Handler": resources[name]["Properties"]["Handler"]},
+                    }
+                    for name in ("GateFunction", "PickBestCandidateFunction")
+                },
+            },
+        },
+    )
+
+
+def _write(folder: Path, template: dict[str, Any]) -> Path:
+    path = folder / "template.yaml"
+    path.write_text(yaml.safe_dump(template), encoding="utf-8")
+    return path
+
+
+def _invoke(tmp_path: Path, handler: str, function: FunctionBuild) -> Any:
+    spec = FunctionSpec(
+        "fn",
+        handler,
+        function.task_root,
+        layers=function.layers,
+        runtime=function.runtime,
+        timeout_seconds=30,
+    )
+    runtime = LambdaRuntime({"fn": spec}, endpoint_url="http://127.0.0.1:5999", log_dir=tmp_path / "logs")
+    try:
+        return runtime.invoke("fn", {})
+    finally:
+        runtime.close()
+
+
+def test_a_function_importing_a_package_missing_from_requirements_txt_fails_its_invocation(
+    tmp_path: Path,
+) -> None:
+    # GIVEN functions/ where gate.py also imports yaml: installed where the tests run, absent from
+    # functions/requirements.txt
+    template = _functions_template(tmp_path, mutate={"controller/gate.py": "import yaml  # noqa"})
+
+    # WHEN it is built as the stack builds it, and the gate function is invoked
+    builds = build_functions(load_template(template), template.parent, root=tmp_path / "builds")
+    with pytest.raises(TaskFailed) as raised:
+        _invoke(tmp_path, "controller.gate.handler", builds["GateFunction"])
+
+    # THEN the invocation fails as on Lambda: the module cannot be imported from the package
+    assert raised.value.error == "Runtime.ImportModuleError"
+    assert raised.value.cause == "Unable to import module 'controller.gate': No module named 'yaml'"
+    # ... while a function of the same build that does not import gate.py gets past its imports
+    # (boto3, Powertools, PIL from requirements.txt, retrain_contract from the layer) into its handler,
+    # which reads its configuration (none is given here)
+    with pytest.raises(TaskFailed) as control:
+        _invoke(tmp_path, "controller.best_candidate.handler", builds["PickBestCandidateFunction"])
+    assert control.value.error == "ConfigurationError"
 
 
 def test_a_changed_source_is_built_again_and_an_unchanged_one_is_not(

@@ -8,9 +8,12 @@ import pytest
 
 from controller import names
 from retrain.embedded.provisioning import wiring
+from retrain.embedded.provisioning.sam import load_template
 from retrain.embedded.stack import EmbeddedStack
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_template_yaml_provisions_every_output_and_wires_every_runtime_resource(tmp_path: Path) -> None:
@@ -20,9 +23,20 @@ def test_template_yaml_provisions_every_output_and_wires_every_runtime_resource(
         assert stack.wiring is not None
         unwired = wiring.unwired(stack.translated, stack.wiring)
         ingest = next(s for s in stack.wiring.functions.values() if s.logical_id == "IngestFunction")
+        specs = list(stack.wiring.functions.values())
 
     assert set(names.STACK_OUTPUTS.values()) <= set(outputs)
     assert unwired == []
     assert stack.degraded == []
     assert ingest.environment[names.ENV_QUIET_PERIOD_SECONDS] == "5"
     assert ingest.environment[names.ENV_DATA_BUCKET] == outputs[names.STACK_OUTPUTS["data_bucket"]]
+    # Every function runs from sam build's output of functions/ (its requirements installed) on the
+    # template's runtime, with the contract layer's build: never from the source tree.
+    runtime = load_template(REPO_ROOT / "template.yaml")["Globals"]["Function"]["Runtime"]
+    for spec in specs:
+        assert spec.runtime == runtime
+        assert spec.code_dir.is_relative_to(stack.build_root)
+        assert (spec.code_dir / "controller" / "ingest.py").is_file()
+        assert (spec.code_dir / "aws_lambda_powertools").is_dir()
+        (layer,) = spec.layers
+        assert (layer / "python" / "retrain_contract" / "container.py").is_file()

@@ -1,4 +1,5 @@
-"""Handlers of the provisioning fixture: they use only boto3 and their environment, as on Lambda."""
+"""Handlers of the provisioning fixture: they use only boto3 (from their requirements.txt) and their
+environment, as on Lambda."""
 
 import json
 import os
