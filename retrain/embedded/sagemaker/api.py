@@ -26,14 +26,17 @@ REPLACED = (
     "create_processing_job",
     "describe_processing_job",
     "stop_processing_job",
+    "list_processing_jobs",
     "create_hyper_parameter_tuning_job",
     "describe_hyper_parameter_tuning_job",
+    "list_hyper_parameter_tuning_jobs",
     "create_model_package_group",
     "describe_model_package_group",
     "create_model_package",
     "describe_model_package",
     "update_model_package",
     "list_model_packages",
+    "list_model_package_groups",
 )
 ADDED = (
     "stop_training_job",

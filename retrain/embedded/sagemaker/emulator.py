@@ -9,11 +9,12 @@ ImageUri maps to that one image); tuning jobs drive trials with optuna; the mode
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from retrain.embedded.account import ACCOUNT_ID, REGION
-from retrain.embedded.sagemaker import responses
+from retrain.embedded.sagemaker import listing, responses
 from retrain.embedded.sagemaker.errors import (
     RESOURCE_LIMIT_EXCEEDED,
     RESOURCE_NOT_FOUND,
@@ -21,7 +22,7 @@ from retrain.embedded.sagemaker.errors import (
     client_error,
     validation,
 )
-from retrain.embedded.sagemaker.registry import ModelRegistry, _page
+from retrain.embedded.sagemaker.registry import ModelRegistry
 from retrain.embedded.sagemaker.responses import INTERRUPTIONS_FIELD
 from retrain.embedded.sagemaker.s3io import S3Uri
 from retrain.embedded.sagemaker.scheduler import ACTIVE, JobScheduler, SchedulerSettings
@@ -43,7 +44,6 @@ _INJECTED_MESSAGES = {
     "job usage' is 1 Instances, with current utilization of 1 Instances and a request delta of "
     "1 Instances.",
 }
-_TRIAL_SORT_KEYS = {"Name": "TrainingJobName", "CreationTime": "CreationTime", "Status": "TrainingJobStatus"}
 
 
 def _rejected_in_status(kind: str, status: str, operation: str) -> Exception:
@@ -138,20 +138,34 @@ class SageMakerEmulator:
         return {}
 
     def list_training_jobs(self, **request: Any) -> dict[str, Any]:
+        """ListTrainingJobs. As the service documents, StatusEquals with MaxResults filters each page after
+        it was cut. WarmPoolStatusEquals matches no job: the embedded stack keeps no warm pools (no job
+        has a WarmPoolStatus); TrainingPlanArnEquals matches the jobs whose ResourceConfig names that plan."""
+        operation = "ListTrainingJobs"
+        listing.check_request(operation, request)
+        times = listing.TimeFilters.of(request)
         summaries = [
-            responses.training_summary(name, record)
-            for name, record in self.jobs.snapshots("training")
-            if _listed(name, record, request)
+            s
+            for s in (responses.training_summary(n, r) for n, r in self.jobs.snapshots("training"))
+            if str(request.get("NameContains") or "") in s["TrainingJobName"]
+            and times.keep(s["CreationTime"], s["LastModifiedTime"])
+            and _equals(s.get("WarmPoolStatus", {}).get("Status"), request.get("WarmPoolStatusEquals"))
+            and _equals(s.get("TrainingPlanArn"), request.get("TrainingPlanArnEquals"))
         ]
-        sort_by = request.get("SortBy", "CreationTime")
-        if sort_by not in _TRIAL_SORT_KEYS:
-            raise validation(f"SortBy must be one of {sorted(_TRIAL_SORT_KEYS)}", "ListTrainingJobs")
-        summaries.sort(
-            key=lambda s: s[_TRIAL_SORT_KEYS[sort_by]],
-            reverse=request.get("SortOrder", "Ascending") == "Descending",
-        )
-        result: dict[str, Any] = responses.aware(_page(summaries, "TrainingJobSummaries", request))
-        return result
+        status = request.get("StatusEquals")
+
+        def has_status(summary: dict[str, Any]) -> bool:
+            return status is None or summary["TrainingJobStatus"] == status
+
+        by = _job_sort("Training")
+        ordered = listing.sort(summaries, request, by, "CreationTime", _by_name("Training"))
+        if request.get("MaxResults"):
+            result = listing.page(ordered, "TrainingJobSummaries", request, operation, keep=has_status)
+        else:
+            matching = [s for s in ordered if has_status(s)]
+            result = listing.page(matching, "TrainingJobSummaries", request, operation)
+        aware: dict[str, Any] = responses.aware(result)
+        return aware
 
     # -- processing jobs ---------------------------------------------------------------------------
 
@@ -179,6 +193,22 @@ class SageMakerEmulator:
 
         self.jobs.request_stop("processing", name, check)
         return {}
+
+    def list_processing_jobs(self, **request: Any) -> dict[str, Any]:
+        operation = "ListProcessingJobs"
+        listing.check_request(operation, request)
+        summaries = [responses.processing_summary(r) for _, r in self.jobs.snapshots("processing")]
+        ordered = listing.sort(
+            _filtered(summaries, request, "Processing"),
+            request,
+            _job_sort("Processing"),
+            "CreationTime",
+            _by_name("Processing"),
+        )
+        result: dict[str, Any] = responses.aware(
+            listing.page(ordered, "ProcessingJobSummaries", request, operation)
+        )
+        return result
 
     # -- tuning jobs -------------------------------------------------------------------------------
 
@@ -215,16 +245,38 @@ class SageMakerEmulator:
                 parent_summaries.extend(self._trial_summaries(parent["HyperParameterTuningJobName"]))
         return responses.tuning_description(name, record, summaries, parent_summaries)
 
+    def list_hyper_parameter_tuning_jobs(self, **request: Any) -> dict[str, Any]:
+        operation = "ListHyperParameterTuningJobs"
+        listing.check_request(operation, request)
+        summaries = [
+            responses.tuning_summary(name, record, self._trial_summaries(name))
+            for name, record in self.jobs.snapshots("tuning")
+        ]
+        ordered = listing.sort(
+            _filtered(summaries, request, "HyperParameterTuning"),
+            request,
+            _job_sort("HyperParameterTuning"),
+            "Name",
+            _by_name("HyperParameterTuning"),
+        )
+        result: dict[str, Any] = responses.aware(
+            listing.page(ordered, "HyperParameterTuningJobSummaries", request, operation)
+        )
+        return result
+
     def list_training_jobs_for_hyper_parameter_tuning_job(self, **request: Any) -> dict[str, Any]:
         operation = "ListTrainingJobsForHyperParameterTuningJob"
         name = require(request, "HyperParameterTuningJobName", operation)
+        listing.check_request(operation, request)
         if self.jobs.snapshot("tuning", name) is None:
             raise _tuning_not_found(name, operation)
         summaries = self._trial_summaries(name)
         if request.get("StatusEquals"):
             summaries = [s for s in summaries if s["TrainingJobStatus"] == request["StatusEquals"]]
-        summaries = _sorted_trials(summaries, request, operation)
-        result: dict[str, Any] = responses.aware(_page(summaries, "TrainingJobSummaries", request))
+        summaries = _sorted_trials(summaries, request)
+        result: dict[str, Any] = responses.aware(
+            listing.page(summaries, "TrainingJobSummaries", request, operation)
+        )
         return result
 
     def stop_hyper_parameter_tuning_job(self, **request: Any) -> dict[str, Any]:
@@ -260,6 +312,9 @@ class SageMakerEmulator:
     def list_model_packages(self, **request: Any) -> dict[str, Any]:
         return self.registry.list_model_packages(**request)
 
+    def list_model_package_groups(self, **request: Any) -> dict[str, Any]:
+        return self.registry.list_model_package_groups(**request)
+
 
 def _training_not_found(name: str, operation: str) -> Exception:
     return validation(f"Requested resource not found: training job {name!r} does not exist", operation)
@@ -271,35 +326,46 @@ def _tuning_not_found(name: str, operation: str) -> Exception:
     )
 
 
-def _listed(name: str, record: dict[str, Any], request: dict[str, Any]) -> bool:
-    """Whether ListTrainingJobs' filters (name, status, creation time) keep this job."""
-    if request.get("NameContains") and request["NameContains"] not in name:
-        return False
-    if request.get("StatusEquals") and record["TrainingJobStatus"] != request["StatusEquals"]:
-        return False
-    after, before = request.get("CreationTimeAfter"), request.get("CreationTimeBefore")
-    if after is not None and record["CreationTime"] <= responses.epoch(after):
-        return False
-    return before is None or record["CreationTime"] < responses.epoch(before)
+def _equals(value: Any, wanted: Any) -> bool:
+    """An `...Equals` filter: absent keeps everything, otherwise only an equal value."""
+    return wanted is None or value == wanted
 
 
-def _sorted_trials(
-    summaries: list[dict[str, Any]], request: dict[str, Any], operation: str
-) -> list[dict[str, Any]]:
-    sort_by = request.get("SortBy", "Name")
-    descending = request.get("SortOrder", "Ascending") == "Descending"
-    if sort_by == "FinalObjectiveMetricValue":
-        scored = [s for s in summaries if "FinalHyperParameterTuningJobObjectiveMetric" in s]
-        return sorted(
-            scored,
-            key=lambda s: s["FinalHyperParameterTuningJobObjectiveMetric"]["Value"],
-            reverse=descending,
-        )
-    if sort_by not in _TRIAL_SORT_KEYS:
-        raise validation(
-            f"SortBy must be one of {[*_TRIAL_SORT_KEYS, 'FinalObjectiveMetricValue']}", operation
-        )
-    return sorted(summaries, key=lambda s: s[_TRIAL_SORT_KEYS[sort_by]], reverse=descending)
+def _by_name(kind: str) -> Callable[[dict[str, Any]], str]:
+    return lambda summary: str(summary[f"{kind}JobName"])
+
+
+def _job_sort(kind: str) -> dict[str, Callable[[dict[str, Any]], Any]]:
+    """The SortBy values of ListTrainingJobs, ListProcessingJobs and ListHyperParameterTuningJobs."""
+    return {
+        "Name": _by_name(kind),
+        "CreationTime": lambda summary: summary["CreationTime"],
+        "Status": lambda summary: summary[f"{kind}JobStatus"],
+    }
+
+
+def _filtered(summaries: list[dict[str, Any]], request: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    """The summaries that NameContains, StatusEquals and the creation and modification times keep."""
+    times = listing.TimeFilters.of(request)
+    return [
+        s
+        for s in summaries
+        if str(request.get("NameContains") or "") in s[f"{kind}JobName"]
+        and _equals(s[f"{kind}JobStatus"], request.get("StatusEquals"))
+        and times.keep(s["CreationTime"], s["LastModifiedTime"])
+    ]
+
+
+def _sorted_trials(summaries: list[dict[str, Any]], request: dict[str, Any]) -> list[dict[str, Any]]:
+    """ListTrainingJobsForHyperParameterTuningJob's order (by Name unless told); sorted by
+    FinalObjectiveMetricValue, trials without an objective value are left out, as the service does."""
+    if request.get("SortBy") == "FinalObjectiveMetricValue":
+        summaries = [s for s in summaries if "FinalHyperParameterTuningJobObjectiveMetric" in s]
+    keys: dict[str, Callable[[dict[str, Any]], Any]] = {
+        **_job_sort("Training"),
+        "FinalObjectiveMetricValue": lambda s: s["FinalHyperParameterTuningJobObjectiveMetric"]["Value"],
+    }
+    return listing.sort(summaries, request, keys, "Name", _by_name("Training"))
 
 
 __all__ = ["INTERRUPTIONS_FIELD", "VALIDATION", "JobContext", "SageMakerEmulator", "SchedulerSettings"]

@@ -14,6 +14,7 @@ from botocore.exceptions import ClientError
 from moto.core.exceptions import ServiceException
 from moto.sagemaker.models import SageMakerModelBackend, sagemaker_backends
 
+from retrain.embedded.sagemaker import listing
 from retrain.embedded.sagemaker.errors import client_error
 
 # Each boto3 operation -> the moto backend method and its (request key -> keyword) mapping.
@@ -138,76 +139,139 @@ class ModelRegistry:
         return {"ModelPackageGroupArn": self._call("CreateModelPackageGroup", request)}
 
     def describe_model_package_group(self, **request: Any) -> dict[str, Any]:
-        name = request["ModelPackageGroupName"]
-        return self._describe(self.backend.describe_model_package_group, name, "DescribeModelPackageGroup")
+        """moto's description, with the required CreatedBy moto leaves out: empty, as no Studio user
+        profile created the group (the embedded stack's callers are IAM roles)."""
+        name = str(request["ModelPackageGroupName"]).rsplit("/", 1)[-1]
+        group = self._find(self.backend.describe_model_package_group, name, "DescribeModelPackageGroup")
+        response: dict[str, Any] = _aware(group.gen_response_object())
+        response.setdefault("CreatedBy", {})
+        return response
 
-    def _describe(self, getter: Any, name: str, operation: str) -> dict[str, Any]:
-        """moto's description of one resource, its service errors as the client error boto3 raises."""
+    def _find(self, getter: Any, name: str, operation: str) -> Any:
+        """moto's object for one resource, its service errors as the client error boto3 raises."""
         try:
-            found = getter(name)
+            return getter(name)
         except ServiceException as exc:
             raise client_error(exc.code, exc.message, operation) from exc
-        result: dict[str, Any] = _aware(found.gen_response_object())
-        return result
 
     def create_model_package(self, **request: Any) -> dict[str, Any]:
         return {"ModelPackageArn": self._call("CreateModelPackage", request)}
 
     def describe_model_package(self, **request: Any) -> dict[str, Any]:
-        return self._describe(
+        package = self._find(
             self.backend.describe_model_package, request["ModelPackageName"], "DescribeModelPackage"
         )
+        return _package_description(package)
 
     def update_model_package(self, **request: Any) -> dict[str, Any]:
         return {"ModelPackageArn": self._call("UpdateModelPackage", request)}
 
     def list_model_packages(self, **request: Any) -> dict[str, Any]:
+        """ListModelPackages: a group's versions when ModelPackageGroupName names one, otherwise the
+        unversioned packages (the service's default ModelPackageType), or those ModelPackageType asks for."""
+        operation = "ListModelPackages"
+        listing.check_request(operation, request)
         group = request.get("ModelPackageGroupName")
-        packages = [
-            p
-            for p in self.backend.model_packages.values()
-            if (group is None and p.model_package_version is None)
-            or (group is not None and p.model_package_group_name == group.split("/")[-1])
+        group_name = None if group is None else str(group).rsplit("/", 1)[-1]
+        kind = request.get("ModelPackageType") or ("Unversioned" if group is None else "Versioned")
+        kinds = ("Versioned", "Unversioned") if kind == "Both" else (kind,)
+        times = listing.TimeFilters.of(request)
+        with self._lock:
+            # (name, summary): a version's name (its group's) is matched and sorted on, though not listed.
+            named = [
+                (p.model_package_name, _package_summary(p)) for p in self.backend.model_packages.values()
+            ]
+        kept = [
+            (name, s)
+            for name, s in named
+            if ("Versioned" if "ModelPackageVersion" in s else "Unversioned") in kinds
+            and (group_name is None or s.get("ModelPackageGroupName") == group_name)
+            and request.get("ModelApprovalStatus") in (None, s.get("ModelApprovalStatus"))
+            and str(request.get("NameContains") or "") in name
+            and times.keep(listing.epoch(s["CreationTime"]))
         ]
-        status = request.get("ModelApprovalStatus")
-        if status is not None:
-            packages = [p for p in packages if p.model_approval_status == status]
-        if request.get("NameContains"):
-            packages = [p for p in packages if request["NameContains"] in p.model_package_name]
-        key = (
-            (lambda p: p.model_package_name)
-            if request.get("SortBy") == "Name"
-            else (lambda p: p.creation_time)
+        ordered = listing.sort(
+            [{"name": name, "summary": s} for name, s in kept],
+            request,
+            {
+                "Name": lambda e: e["name"],
+                "CreationTime": lambda e: listing.epoch(e["summary"]["CreationTime"]),
+            },
+            "CreationTime",
+            tie=lambda e: (e["summary"].get("ModelPackageVersion", 0), e["summary"]["ModelPackageArn"]),
         )
-        packages.sort(key=key, reverse=request.get("SortOrder", "Ascending") == "Descending")
-        summaries = []
-        for package in packages:
-            full = package.gen_response_object()
-            summaries.append(
-                _aware(
-                    {
-                        k: full[k]
-                        for k in (
-                            "ModelPackageName",
-                            "ModelPackageGroupName",
-                            "ModelPackageVersion",
-                            "ModelPackageArn",
-                            "ModelPackageDescription",
-                            "CreationTime",
-                            "ModelPackageStatus",
-                            "ModelApprovalStatus",
-                        )
-                        if k in full
-                    }
-                )
-            )
-        return _page(summaries, "ModelPackageSummaryList", request)
+        summaries = [e["summary"] for e in ordered]
+        return listing.page(summaries, "ModelPackageSummaryList", request, operation)
+
+    def list_model_package_groups(self, **request: Any) -> dict[str, Any]:
+        """ListModelPackageGroups of this account (`CrossAccountFilterOption` SameAccount, the default);
+        `CrossAccount` lists the groups other accounts share with this one, and the embedded stack is one
+        account that no other shares with."""
+        operation = "ListModelPackageGroups"
+        listing.check_request(operation, request)
+        if request.get("CrossAccountFilterOption") == "CrossAccount":
+            return listing.page([], "ModelPackageGroupSummaryList", request, operation)
+        times = listing.TimeFilters.of(request)
+        with self._lock:
+            summaries = [
+                _aware({k: v for k, v in g.gen_response_object().items() if k in _GROUP_SUMMARY_KEYS})
+                for g in self.backend.model_package_groups.values()
+            ]
+        summaries = [
+            s
+            for s in summaries
+            if str(request.get("NameContains") or "") in s["ModelPackageGroupName"]
+            and times.keep(listing.epoch(s["CreationTime"]))
+        ]
+        ordered = listing.sort(
+            summaries,
+            request,
+            {
+                "Name": lambda s: s["ModelPackageGroupName"],
+                "CreationTime": lambda s: listing.epoch(s["CreationTime"]),
+            },
+            "CreationTime",
+            tie=lambda s: s["ModelPackageGroupName"],
+        )
+        return listing.page(ordered, "ModelPackageGroupSummaryList", request, operation)
 
 
-def _page(items: list[dict[str, Any]], key: str, request: dict[str, Any]) -> dict[str, Any]:
-    start = int(request.get("NextToken") or 0)
-    size = int(request.get("MaxResults") or 100)
-    result: dict[str, Any] = {key: items[start : start + size]}
-    if start + size < len(items):
-        result["NextToken"] = str(start + size)
-    return result
+_GROUP_SUMMARY_KEYS = (
+    "ModelPackageGroupName",
+    "ModelPackageGroupArn",
+    "ModelPackageGroupDescription",
+    "CreationTime",
+    "ModelPackageGroupStatus",
+)
+_PACKAGE_SUMMARY_KEYS = (
+    "ModelPackageName",
+    "ModelPackageGroupName",
+    "ModelPackageVersion",
+    "ModelPackageArn",
+    "ModelPackageDescription",
+    "CreationTime",
+    "ModelPackageStatus",
+    "ModelApprovalStatus",
+)
+
+
+def _package_description(package: Any) -> dict[str, Any]:
+    """moto's description of a model package, with what the service answers and moto leaves out or
+    makes up: a version's ModelPackageName (its group's name; a required member), and no Studio user
+    profile as its creator (moto names a fake one; the embedded stack's callers are IAM roles)."""
+    response: dict[str, Any] = _aware(package.gen_response_object())
+    response.setdefault("ModelPackageName", package.model_package_name)
+    response["CreatedBy"] = {}
+    if "LastModifiedBy" in response:
+        response["LastModifiedBy"] = {}
+    return response
+
+
+def _package_summary(package: Any) -> dict[str, Any]:
+    """A ListModelPackages entry. A version's carries no ModelPackageName (as the service's and moto's
+    do not): clients such as sagemaker-core describe a listed package by its name when it has one."""
+    full = _package_description(package)
+    summary = {k: full[k] for k in _PACKAGE_SUMMARY_KEYS if k in full}
+    if "ModelPackageVersion" in summary:
+        del summary["ModelPackageName"]
+    return summary

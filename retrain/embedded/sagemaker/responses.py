@@ -95,12 +95,6 @@ def plain(request: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def epoch(value: Any) -> float:
-    if isinstance(value, datetime):
-        return value.timestamp()
-    return float(value)
-
-
 def _copy_present(target: dict[str, Any], source: dict[str, Any], keys: tuple[str, ...]) -> None:
     for key in keys:
         if key in source:
@@ -143,15 +137,18 @@ def training_description(name: str, record: dict[str, Any]) -> dict[str, Any]:
 
 
 def training_summary(name: str, record: dict[str, Any]) -> dict[str, Any]:
-    """A ListTrainingJobs entry (times as epoch seconds)."""
+    """A ListTrainingJobs entry (times as epoch seconds). No WarmPoolStatus: the embedded stack keeps no
+    warm pools."""
     summary = {
         "TrainingJobName": name,
         "TrainingJobArn": record["TrainingJobArn"],
         "CreationTime": record["CreationTime"],
         "LastModifiedTime": record["LastModifiedTime"],
         "TrainingJobStatus": record["TrainingJobStatus"],
+        "SecondaryStatus": record["SecondaryStatus"],
     }
     _copy_present(summary, record, ("TrainingEndTime",))
+    _copy_present(summary, record["request"]["ResourceConfig"], ("TrainingPlanArn",))
     return summary
 
 
@@ -162,6 +159,19 @@ def processing_description(record: dict[str, Any]) -> dict[str, Any]:
     _copy_present(response, record, _PROCESSING_RECORD_KEYS)
     result: dict[str, Any] = aware(response)
     return result
+
+
+def processing_summary(record: dict[str, Any]) -> dict[str, Any]:
+    """A ListProcessingJobs entry (times as epoch seconds)."""
+    summary = {
+        "ProcessingJobName": record["request"]["ProcessingJobName"],
+        "ProcessingJobArn": record["ProcessingJobArn"],
+        "CreationTime": record["CreationTime"],
+        "LastModifiedTime": record["LastModifiedTime"],
+        "ProcessingJobStatus": record["ProcessingJobStatus"],
+    }
+    _copy_present(summary, record, ("ProcessingEndTime", "FailureReason", "ExitMessage"))
+    return summary
 
 
 # -- tuning jobs ---------------------------------------------------------------------------------------
@@ -253,6 +263,25 @@ def tuning_description(
             response["OverallBestTrainingJob"] = overall
     result: dict[str, Any] = aware(response)
     return result
+
+
+def tuning_summary(name: str, record: dict[str, Any], summaries: list[dict[str, Any]]) -> dict[str, Any]:
+    """A ListHyperParameterTuningJobs entry (times as epoch seconds); `summaries` are its trials'."""
+    config = record["request"]["HyperParameterTuningJobConfig"]
+    counters, objectives = status_counters(summaries)
+    summary = {
+        "HyperParameterTuningJobName": name,
+        "HyperParameterTuningJobArn": record["HyperParameterTuningJobArn"],
+        "HyperParameterTuningJobStatus": record["HyperParameterTuningJobStatus"],
+        "Strategy": config["Strategy"],
+        "CreationTime": record["CreationTime"],
+        "LastModifiedTime": record["LastModifiedTime"],
+        "TrainingJobStatusCounters": counters,
+        "ObjectiveStatusCounters": objectives,
+    }
+    _copy_present(summary, record, ("HyperParameterTuningEndTime",))
+    _copy_present(summary, config, ("ResourceLimits",))
+    return summary
 
 
 def best_trial(summaries: list[dict[str, Any]], objective_type: str) -> dict[str, Any] | None:

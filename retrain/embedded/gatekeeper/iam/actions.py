@@ -195,6 +195,19 @@ _SAGEMAKER_JOBS: Final[Mapping[str, tuple[str, str]]] = {
 }
 
 
+# List calls whose action has no resource type (ListModelPackages' model-package is optional): they are
+# authorised on "*" (Service Authorization Reference, Amazon SageMaker).
+_SAGEMAKER_LISTS: Final = frozenset(
+    {
+        "ListTrainingJobs",
+        "ListProcessingJobs",
+        "ListHyperParameterTuningJobs",
+        "ListModelPackages",
+        "ListModelPackageGroups",
+    }
+)
+
+
 def _sagemaker(operation: str, params: Mapping[str, Any], scope: Scope) -> list[Access]:
     def arn(kind: str, name: str) -> str:
         return scope.arn("sagemaker", f"{kind}/{name.lower()}")
@@ -212,7 +225,9 @@ def _sagemaker(operation: str, params: Mapping[str, Any], scope: Scope) -> list[
     if operation == "ListTrainingJobsForHyperParameterTuningJob":
         return [Access(action, arn("hyper-parameter-tuning-job", str(params["HyperParameterTuningJobName"])))]
     if operation in ("CreateModelPackageGroup", "DescribeModelPackageGroup", "DeleteModelPackageGroup"):
-        return _tagged(action, arn("model-package-group", str(params["ModelPackageGroupName"])), params)
+        group = str(params["ModelPackageGroupName"])  # Describe and Delete also take the group's ARN
+        resource = group if group.startswith("arn:") else arn("model-package-group", group)
+        return _tagged(action, resource, params)
     if operation == "CreateModelPackage":
         # A versioned package is model-package/<group>/<version>; its version is not known before creation.
         group = str(params.get("ModelPackageGroupName") or params.get("ModelPackageName") or "")
@@ -235,7 +250,7 @@ def _sagemaker_named(
     if operation in ("DescribeModelPackage", "UpdateModelPackage"):
         name = str(params["ModelPackageName"])
         return [Access(action, name if name.startswith("arn:") else arn("model-package", name))]
-    if operation == "ListModelPackages":
+    if operation in _SAGEMAKER_LISTS:
         return [Access(action, "*")]
     if operation in ("AddTags", "ListTags", "DeleteTags"):
         return [Access(action, str(params["ResourceArn"]))]

@@ -44,6 +44,10 @@ CALLS: list[tuple[str, str, dict[str, Any]]] = [
     ),
     ("sagemaker", "DescribeHyperParameterTuningJob", {"HyperParameterTuningJobName": "t"}),
     ("sagemaker", "ListTrainingJobsForHyperParameterTuningJob", {"HyperParameterTuningJobName": "t"}),
+    ("sagemaker", "ListTrainingJobs", {"StatusEquals": "Failed"}),
+    ("sagemaker", "ListProcessingJobs", {"NameContains": "eval"}),
+    ("sagemaker", "ListHyperParameterTuningJobs", {}),
+    ("sagemaker", "ListModelPackageGroups", {"CrossAccountFilterOption": "SameAccount"}),
     ("sagemaker", "CreateModelPackageGroup", {"ModelPackageGroupName": "retrain-flowers"}),
     ("sagemaker", "DescribeModelPackageGroup", {"ModelPackageGroupName": "retrain-flowers"}),
     ("sagemaker", "CreateModelPackage", {"ModelPackageGroupName": "retrain-flowers"}),
@@ -102,6 +106,31 @@ def test_s3_names_list_and_head_by_their_iam_actions_with_the_prefix_as_a_condit
     assert accesses("s3", "HeadObject", {"Bucket": "b", "Key": "k"}, region=REGION, account=ACCOUNT) == [
         Access("s3:GetObject", "arn:aws:s3:::b/k")
     ]
+
+
+@pytest.mark.parametrize(
+    "operation",
+    ["ListTrainingJobs", "ListProcessingJobs", "ListHyperParameterTuningJobs", "ListModelPackageGroups"],
+)
+def test_sagemaker_lists_without_a_resource_type_are_authorised_on_every_resource(operation: str) -> None:
+    # GIVEN a SageMaker list call whose action has no resource type in the Service Authorization Reference
+    # WHEN its accesses are asked for, filters and all
+    needed = accesses("sagemaker", operation, {"NameContains": "eval"}, region=REGION, account=ACCOUNT)
+    # THEN it is the action of the same name on "*"
+    assert needed == [Access(f"sagemaker:{operation}", "*")]
+
+
+def test_a_model_package_group_named_by_its_arn_is_authorised_on_that_arn() -> None:
+    # GIVEN DescribeModelPackageGroup naming the group by its ARN (its ModelPackageGroupName takes either)
+    group = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:model-package-group/flowers"
+    # WHEN its accesses are asked for THEN the action is on that ARN
+    assert accesses(
+        "sagemaker",
+        "DescribeModelPackageGroup",
+        {"ModelPackageGroupName": group},
+        region=REGION,
+        account=ACCOUNT,
+    ) == [Access("sagemaker:DescribeModelPackageGroup", group)]
 
 
 def test_a_sagemaker_create_also_passes_its_role_and_tags_the_job() -> None:
