@@ -298,7 +298,6 @@ class EmbeddedStack:
             logs=self.client("logs"),
             fsx_root=self.fsx.mount_path,
             faults=self.faults,
-            code_dir=REPO_ROOT / "training_image",
             spot=self.spot if self.spot is not None else SpotSchedule(),
             role_session=self._role_session,
             keep_instance_files=False,

@@ -256,7 +256,13 @@ def test_real_spot_job_resumes_at_the_exact_checkpoint_step(stack: dict[str, Any
     newest = emulator.describe_training_job(TrainingJobName="spot-real")[INTERRUPTIONS_FIELD][0][
         "NewestCheckpointStep"
     ]
-    second_attempt = (emulator.workdir / "training" / "spot-real" / "logs" / "attempt-2.log").read_text()
+    # AND that checkpoint is the one train.py wrote on SageMaker's SIGTERM, which the emulator sent to the
+    # container's first process only: the image's entrypoint passed it on
+    logs = emulator.workdir / "training" / "spot-real" / "logs"
+    first_attempt = (logs / "attempt-1.log").read_text()
+    assert "SIGTERM received" in first_attempt, first_attempt[-2000:]
+    assert f"interrupted at step {newest}" in first_attempt, first_attempt[-2000:]
+    second_attempt = (logs / "attempt-2.log").read_text()
     resumed = re.search(
         r"resumed from (ckpt-\d{9}\.pt) at epoch \d+ batch \d+ \(step (\d+)\)", second_attempt
     )

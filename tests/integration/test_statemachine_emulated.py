@@ -118,9 +118,7 @@ def emulated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harnes
         arn = aws.sfn.create_state_machine(name="retrain-emulated", definition=definition, roleArn=role)[
             "stateMachineArn"
         ]
-        emulator = SageMakerEmulator(
-            tmp_path / "sagemaker", JobContext(s3=aws.s3, code_dir=REPO / "training_image")
-        )
+        emulator = SageMakerEmulator(tmp_path / "sagemaker", JobContext(s3=aws.s3))
         script = Script()
         harness = Harness(aws, Config(**config.__dict__), emulator, ScriptedFsx(aws.s3, script), script, arn)  # type: ignore[arg-type]
         rng = np.random.default_rng(0)

@@ -2,8 +2,9 @@
 
 Each operation checks its request (`validation.py`, `tuning.py`), hands the job to the JobScheduler
 (`scheduler.py`), which records it and runs it on a thread, and answers from the job's record
-(`responses.py`). Training and processing jobs run the `training_image/` code as child processes (any
-ImageUri maps to that one image); tuning jobs drive trials with optuna; the model registry is moto's.
+(`responses.py`). Training and processing jobs run the training image (`image.py`, from
+training_image/Dockerfile; any ImageUri maps to that one image) in containers of their own
+(`container.py`); tuning jobs drive trials with optuna; the model registry is moto's.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from retrain.embedded.sagemaker.errors import (
     client_error,
     validation,
 )
+from retrain.embedded.sagemaker.image import build_image
 from retrain.embedded.sagemaker.registry import ModelRegistry
 from retrain.embedded.sagemaker.responses import INTERRUPTIONS_FIELD
 from retrain.embedded.sagemaker.s3io import S3Uri
@@ -68,7 +70,8 @@ class SageMakerEmulator:
         self.workdir = Path(workdir)
         self.region = region
         self.account_id = account_id
-        self.context = dataclasses.replace(context, code_dir=Path(context.code_dir).resolve())
+        image = context.image or build_image(self.workdir / "image")
+        self.context = dataclasses.replace(context, image=image, region=region)
         self.jobs = JobScheduler(
             self.workdir,
             self.context,

@@ -1,24 +1,18 @@
-"""One processing job: a script of the training image (evaluate.py, rule_check.py) as a child process.
-
-This project has one image, so any ImageUri runs `training_image/`; the script is the `.py` named in
-ContainerEntrypoint. Every /opt/ml path in the entrypoint, the arguments and the inputs/outputs is
-rewritten into the job's own tree.
-"""
+"""One processing job: the training image (any ImageUri: this project has one) in a container of its
+own, running AppSpecification's ContainerEntrypoint (evaluate.py, rule_check.py) as SageMaker does."""
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
-import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from retrain.embedded.sagemaker.container import Container, ContainerSpec, container_environment
+from retrain.embedded.sagemaker.image import ContainerImage
 from retrain.embedded.sagemaker.logs import PROCESSING_LOG_GROUP, LogShipper, log_stream_name
 from retrain.embedded.sagemaker.s3io import S3Uri, download_manifest, download_prefix, upload_tree
 from retrain.embedded.sagemaker.training import (
@@ -35,33 +29,14 @@ from retrain_contract import container as contract
 DEFAULT_MAX_RUNTIME = 86400
 
 
-def rewrite_argument(argument: str, base: Path) -> str:
-    """`/opt/ml/x` and `--flag=/opt/ml/x` point into the job's tree; anything else is unchanged."""
-    prefix = contract.DEFAULT_BASE_DIR.rstrip("/") + "/"
-    if argument.startswith(prefix):
-        return str(rewrite_local_path(argument, base))
-    flag, sep, value = argument.partition("=")
-    if sep and value.startswith(prefix):
-        return f"{flag}={rewrite_local_path(value, base)}"
-    return argument
-
-
-def program_command(app: dict[str, Any], code_dir: Path, base: Path) -> list[str]:
-    """The child command for AppSpecification: this interpreter, the image's script, its arguments."""
+def processing_command(app: dict[str, Any], image: ContainerImage) -> list[str]:
+    """AppSpecification's ContainerEntrypoint and ContainerArguments, or the image's ENTRYPOINT with
+    the arguments (which replace its CMD)."""
     entrypoint = [str(part) for part in app.get("ContainerEntrypoint") or []]
     arguments = [str(part) for part in app.get("ContainerArguments") or []]
-    script_index = next((i for i, part in enumerate(entrypoint) if part.endswith(".py")), None)
-    if script_index is None:
-        raise JobFailedError(
-            "ClientError: AppSpecification.ContainerEntrypoint must run a script of the retrain image "
-            f'(e.g. ["python3", "/opt/ml/code/{contract.EVALUATE_PROGRAM}"]); got {entrypoint}'
-        )
-    script = code_dir / Path(entrypoint[script_index]).name
-    if not script.is_file():
-        available = sorted(p.name for p in code_dir.glob("*.py"))
-        raise JobFailedError(f"ClientError: the retrain image has no {script.name}; it has {available}")
-    rest = entrypoint[script_index + 1 :] + arguments
-    return [sys.executable, "-u", str(script), *(rewrite_argument(a, base) for a in rest)]
+    if entrypoint:
+        return [*entrypoint, *arguments]
+    return image.command(arguments or None)
 
 
 class ProcessingRun:
@@ -122,11 +97,15 @@ class ProcessingRun:
 
     def _prepare(self) -> None:
         shutil.rmtree(self.base, ignore_errors=True)
+        self.base.mkdir(parents=True)
+        self.ctx.built_image.install(self.base)
         config = self.base / "config"
         config.mkdir(parents=True, exist_ok=True)
         (config / "processingjobconfig.json").write_text(
             json.dumps(self.request, default=str), encoding="utf-8"
         )
+        resource = {"current_host": contract.DEFAULT_HOST, "hosts": [contract.DEFAULT_HOST]}
+        (config / "resourceconfig.json").write_text(json.dumps(resource), encoding="utf-8")
         (self.base / "output").mkdir(parents=True, exist_ok=True)
         for item in self.request.get("ProcessingInputs") or []:
             s3 = item["S3Input"]
@@ -149,47 +128,49 @@ class ProcessingRun:
         for item in (self.request.get("ProcessingOutputConfig") or {}).get("Outputs") or []:
             rewrite_local_path(item["S3Output"]["LocalPath"], self.base).mkdir(parents=True, exist_ok=True)
 
+    def _container_spec(self) -> ContainerSpec:
+        image = self.ctx.built_image
+        network = self.request.get("NetworkConfig") or {}
+        environment = container_environment(
+            image,
+            {"AWS_REGION": self.ctx.region},
+            self.ctx.thread_environment(),
+            {k: str(v) for k, v in (self.request.get("Environment") or {}).items()},
+        )
+        return ContainerSpec(
+            argv=processing_command(self.request["AppSpecification"], image),
+            env=environment,
+            opt_ml=self.base,
+            workdir=image.workdir,
+            network_isolation=bool(network.get("EnableNetworkIsolation")),
+            hosts=(contract.DEFAULT_HOST,),
+            copy_on_write=image.environment,
+        )
+
     def _execute(self, start: float) -> str | None:
-        command = program_command(self.request["AppSpecification"], self.ctx.code_dir, self.base)
         stream = log_stream_name(self.name, contract.DEFAULT_HOST, start)
         self.update({"LogStreams": [stream]})
         shipper = LogShipper(self.ctx.logs, PROCESSING_LOG_GROUP, stream, self.job_dir / "logs" / "job.log")
-        env = dict(os.environ)
-        env.update(
-            {
-                contract.BASE_DIR_ENV: str(self.base),
-                "PYTHONUNBUFFERED": "1",
-                "PYTHONPATH": os.pathsep.join(
-                    p for p in (str(self.ctx.code_dir), env.get("PYTHONPATH", "")) if p
-                ),
-            }
-        )
-        env.update(self.ctx.thread_environment())
-        env.update({k: str(v) for k, v in (self.request.get("Environment") or {}).items()})
-        process = subprocess.Popen(
-            command,
-            cwd=self.ctx.code_dir,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            bufsize=1,
-            start_new_session=True,
-        )
+        process = Container(self._container_spec(), self.job_dir / "container")
         reader = threading.Thread(target=self._read, args=(process, shipper), daemon=True)
         reader.start()
         stopped = False
-        while process.poll() is None:
-            time.sleep(POLL_SECONDS)
-            if self.control.stop_requested.is_set() or time.time() - start > self.max_runtime:
-                stopped = self.control.stop_requested.is_set()
-                _terminate(process, self.ctx.stop_grace_seconds)
-                if not stopped:
-                    reader.join(timeout=30)
-                    shipper.flush()
-                    raise JobFailedError(
-                        f"ClientError: the job exceeded MaxRuntimeInSeconds ({int(self.max_runtime)})"
-                    )
+        try:
+            while process.poll() is None:
+                time.sleep(POLL_SECONDS)
+                if self.control.stop_requested.is_set() or time.time() - start > self.max_runtime:
+                    stopped = self.control.stop_requested.is_set()
+                    process.stop(self.ctx.stop_grace_seconds)
+                    if not stopped:
+                        reader.join(timeout=30)
+                        shipper.flush()
+                        raise JobFailedError(
+                            f"ClientError: the job exceeded MaxRuntimeInSeconds ({int(self.max_runtime)})"
+                        )
+        finally:
+            if process.poll() is None:
+                process.kill()
+            process.cleanup()
         reader.join(timeout=30)
         shipper.flush()
         if stopped:
@@ -204,12 +185,13 @@ class ProcessingRun:
         message = self.base / "output" / "message"
         return message.read_text(encoding="utf-8").strip() if message.is_file() else None
 
-    def _read(self, process: subprocess.Popen[str], shipper: LogShipper) -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
+    def _read(self, process: Container, shipper: LogShipper) -> None:
+        stdout = process.process.stdout
+        assert stdout is not None
+        for line in stdout:
             shipper.write(line)
             self.tail = [*self.tail[-19:], line.rstrip("\n")]
-        process.stdout.close()
+        stdout.close()
 
     def _upload_outputs(self) -> None:
         for item in (self.request.get("ProcessingOutputConfig") or {}).get("Outputs") or []:
@@ -219,15 +201,3 @@ class ProcessingRun:
 
 class _StoppedError(Exception):
     pass
-
-
-def _terminate(process: subprocess.Popen[str], grace: float) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=grace)
-    except ProcessLookupError:
-        pass
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()

@@ -231,6 +231,7 @@ class JobScheduler:
             update=self.updater("training", name),
             transition=self._transitioner(name),
             rule_statuses=rule_statuses,
+            arn=arn,
         )
         self._start_thread(run.run, f"training-{name}")
         return arn

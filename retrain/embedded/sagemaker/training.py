@@ -7,16 +7,11 @@ for managed spot. Checkpoints are synced to CheckpointConfig.S3Uri while the job
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import math
-import os
 import re
 import shutil
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -24,8 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from retrain.embedded.account import REGION
 from retrain.embedded.s3files import InputCache
 from retrain.embedded.sagemaker import debugger
+from retrain.embedded.sagemaker.container import Container, ContainerSpec, container_environment
+from retrain.embedded.sagemaker.image import ContainerImage
 from retrain.embedded.sagemaker.logs import (
     TRAINING_LOG_GROUP,
     LogsClient,
@@ -50,9 +48,10 @@ if TYPE_CHECKING:
 
 CHECKPOINT_PATTERN = re.compile(contract.CHECKPOINT_REGEX)
 POLL_SECONDS = 0.1
-# The image's code as the Dockerfile lays it out in /opt/ml/code (retrain_contract is installed with it).
-DEFAULT_CODE_DIR = Path(__file__).resolve().parents[3] / "training_image"
-HYPERPARAMETER_PREFIX_RESERVED = "sagemaker_"
+# What SageMaker passes a training container to run the image's training (`docker run <image> train`).
+TRAIN_ARGUMENT = "train"
+# resourceconfig.json's group of a job with one instance group.
+INSTANCE_GROUP = "homogeneousCluster"
 
 # Records are plain JSON dicts; an updater applies changes under the emulator's lock and persists.
 Updater = Callable[[dict[str, Any]], None]
@@ -66,13 +65,15 @@ RoleSession = Callable[[str, str], tuple[Any, Any]]
 
 @dataclass(frozen=True)
 class JobContext:
-    """The environment every job runs in: the clients, the image's code, the spot and fault settings.
+    """The environment every job runs in: the clients, the image, the spot and fault settings.
 
-    `grace_seconds` (SIGTERM to SIGKILL when a job is stopped) defaults to the spot schedule's."""
+    `image` is the training image every TrainingImage/ImageUri runs (the emulator builds the project's
+    from training_image/Dockerfile when none is given). `grace_seconds` (SIGTERM to SIGKILL when a job
+    is stopped) defaults to the spot schedule's."""
 
     s3: S3Client
     logs: LogsClient | None = None
-    code_dir: Path = DEFAULT_CODE_DIR
+    image: ContainerImage | None = None
     fsx_root: Callable[[str, str], Path] | None = None
     spot: SpotSchedule = field(default_factory=SpotSchedule)
     faults: SageMakerFaults = field(default_factory=NoFaults)
@@ -94,6 +95,13 @@ class JobContext:
     job_threads: int | None = 1
     # Where jobs' small input objects are kept between jobs (s3files.InputCache), or None to fetch each.
     input_cache: InputCache | None = None
+    region: str = REGION
+
+    @property
+    def built_image(self) -> ContainerImage:
+        if self.image is None:
+            raise RuntimeError("the job context has no image; SageMakerEmulator builds one")
+        return self.image
 
     def thread_environment(self) -> dict[str, str]:
         """The environment that holds a job's process to `job_threads` intra-op threads."""
@@ -134,36 +142,6 @@ def container_tree(job_dir: Path) -> dict[str, Path]:
         "output_data": base / "output" / "data",
         "checkpoints": base / "checkpoints",
     }
-
-
-def script_args(hyperparameters: dict[str, str]) -> list[str]:
-    """Script mode: every hyperparameter as `--name value`; JSON-quoted strings (as the SageMaker SDK
-    sends them) are unquoted, the SDK's own sagemaker_* entries are not passed."""
-    args: list[str] = []
-    for name, raw in sorted(hyperparameters.items()):
-        if name.startswith(HYPERPARAMETER_PREFIX_RESERVED):
-            continue
-        value = raw
-        try:
-            decoded = json.loads(raw)
-        except json.JSONDecodeError:
-            decoded = None
-        if isinstance(decoded, str):
-            value = decoded
-        args.extend([f"--{name}", value])
-    return args
-
-
-def program_name(hyperparameters: dict[str, str], environment: dict[str, str] | None = None) -> str:
-    """The entry script: the SDK's sagemaker_program hyperparameter, else the job's SAGEMAKER_PROGRAM
-    environment variable, else the contract's train.py."""
-    default = (environment or {}).get(contract.PROGRAM_ENV, contract.PROGRAM)
-    raw = hyperparameters.get("sagemaker_program", default)
-    try:
-        decoded = json.loads(raw)
-    except json.JSONDecodeError:
-        decoded = raw
-    return str(decoded)
 
 
 def rewrite_local_path(local_path: str, base: Path) -> Path:
@@ -279,9 +257,11 @@ class TrainingRun:
         update: Updater,
         transition: Transition,
         rule_statuses: dict[str, list[dict[str, Any]]] | None = None,
+        arn: str = "",
     ) -> None:
         self.request = request
         self.name: str = request["TrainingJobName"]
+        self.arn = arn
         self.job_dir = job_dir
         self.ctx = context
         self.control = control
@@ -307,7 +287,7 @@ class TrainingRun:
         self.started = 0.0
         self.interruptions: list[dict[str, Any]] = []
         self.log_streams: list[str] = []
-        self.process: subprocess.Popen[str] | None = None
+        self.process: Container | None = None
         self.checkpoint_sync: CheckpointSync | None = None
         self.tail: list[str] = []
 
@@ -403,7 +383,7 @@ class TrainingRun:
                 debugger.evaluate_rules(
                     self.request,
                     self.rule_statuses,
-                    code_dir=self.ctx.code_dir,
+                    code_dir=self.ctx.built_image.code_dir,
                     base=self.tree["base"],
                     job_dir=self.job_dir,
                     logs=self.ctx.logs,
@@ -412,15 +392,17 @@ class TrainingRun:
             )
 
     def _prepare_tree(self) -> None:
+        """The instance's /opt/ml: the image's own (its code), the job's configuration files as SageMaker
+        writes them, and the directories it mounts."""
         shutil.rmtree(self.tree["base"], ignore_errors=True)
+        self.tree["base"].mkdir(parents=True)
+        self.ctx.built_image.install(self.tree["base"])
         for key in ("config", "data", "model", "output_data", "checkpoints"):
             self.tree[key].mkdir(parents=True, exist_ok=True)
         config = self.tree["config"]
         (config / "hyperparameters.json").write_text(json.dumps(self.hyperparameters), encoding="utf-8")
-        channels = {c["ChannelName"]: c for c in self.request.get("InputDataConfig") or []}
-        (config / "inputdataconfig.json").write_text(json.dumps(channels, default=str), encoding="utf-8")
-        resource = {"current_host": contract.DEFAULT_HOST, "hosts": [contract.DEFAULT_HOST]}
-        (config / "resourceconfig.json").write_text(json.dumps(resource), encoding="utf-8")
+        (config / "inputdataconfig.json").write_text(json.dumps(self._input_data_config()), encoding="utf-8")
+        (config / "resourceconfig.json").write_text(json.dumps(self._resource_config()), encoding="utf-8")
         debugger.write_hook_config(self.request, self.tree["base"])
         checkpoint = self.request.get("CheckpointConfig")
         if checkpoint:
@@ -429,6 +411,36 @@ class TrainingRun:
             )
             self.tree["checkpoints"] = local
             self.checkpoint_sync = CheckpointSync(self.ctx.s3, local, S3Uri.parse(checkpoint["S3Uri"]))
+
+    def _input_data_config(self) -> dict[str, dict[str, str]]:
+        """inputdataconfig.json: each channel's input mode, content type and S3 distribution."""
+        default_mode = self.request["AlgorithmSpecification"].get("TrainingInputMode", "File")
+        channels: dict[str, dict[str, str]] = {}
+        for channel in self.request.get("InputDataConfig") or []:
+            entry = {"TrainingInputMode": channel.get("InputMode", default_mode)}
+            s3 = channel["DataSource"].get("S3DataSource")
+            if s3 is not None:
+                entry["S3DistributionType"] = s3.get("S3DataDistributionType", "FullyReplicated")
+            entry["RecordWrapperType"] = channel.get("RecordWrapperType", "None")
+            if channel.get("ContentType"):
+                entry["ContentType"] = channel["ContentType"]
+            channels[channel["ChannelName"]] = entry
+        return channels
+
+    def _resource_config(self) -> dict[str, Any]:
+        """resourceconfig.json of a job on one instance."""
+        instance_type = str(self.request["ResourceConfig"].get("InstanceType", ""))
+        hosts = [contract.DEFAULT_HOST]
+        return {
+            "current_host": contract.DEFAULT_HOST,
+            "current_instance_type": instance_type,
+            "current_group_name": INSTANCE_GROUP,
+            "hosts": hosts,
+            "instance_groups": [
+                {"instance_group_name": INSTANCE_GROUP, "instance_type": instance_type, "hosts": hosts}
+            ],
+            "network_interface_name": "eth0",
+        }
 
     def _download_channels(self) -> None:
         for channel in self.request.get("InputDataConfig") or []:
@@ -505,48 +517,45 @@ class TrainingRun:
         steps = checkpoint_steps(self.checkpoint_sync.local, self.name)
         return steps[-1] if steps else None
 
-    def _environment(self) -> dict[str, str]:
-        channels = sorted(c["ChannelName"] for c in self.request.get("InputDataConfig") or [])
-        env = dict(os.environ)
-        env.update(
-            {
-                contract.BASE_DIR_ENV: str(self.tree["base"]),
-                contract.MODEL_DIR_ENV: str(self.tree["model"]),
-                contract.OUTPUT_DATA_DIR_ENV: str(self.tree["output_data"]),
-                contract.HOSTS_ENV: json.dumps([contract.DEFAULT_HOST]),
-                contract.CURRENT_HOST_ENV: contract.DEFAULT_HOST,
-                contract.JOB_NAME_ENV: self.name,
-                contract.PROGRAM_ENV: program_name(self.hyperparameters, self.request.get("Environment")),
-                "SM_CHANNELS": json.dumps(channels),
-                "SM_HPS": json.dumps(self.hyperparameters),
-                "SM_USER_ARGS": json.dumps(script_args(self.hyperparameters)),
-                contract.NUM_GPUS_ENV: "0",
-                "SM_NUM_CPUS": str(os.cpu_count() or 1),
-                "SM_INPUT_DIR": str(self.tree["base"] / "input"),
-                "SM_INPUT_CONFIG_DIR": str(self.tree["config"]),
-                "SM_OUTPUT_DIR": str(self.tree["output"]),
-                "SM_MODULE_DIR": str(self.ctx.code_dir),
-                "PYTHONUNBUFFERED": "1",
-                "PYTHONPATH": os.pathsep.join(
-                    p for p in (str(self.ctx.code_dir), env.get("PYTHONPATH", "")) if p
-                ),
-            }
+    def _sagemaker_environment(self) -> dict[str, str]:
+        """What SageMaker sets in a training container besides the image's ENV and the job's Environment."""
+        return {
+            contract.JOB_NAME_ENV: self.name,
+            "TRAINING_JOB_ARN": self.arn,
+            "AWS_REGION": self.ctx.region,
+        }
+
+    def _container_spec(self) -> ContainerSpec:
+        """The image's ENTRYPOINT with `train`, or the job's ContainerEntrypoint and ContainerArguments."""
+        image = self.ctx.built_image
+        algorithm = self.request["AlgorithmSpecification"]
+        entrypoint = [str(part) for part in algorithm.get("ContainerEntrypoint") or []]
+        arguments = [str(part) for part in algorithm.get("ContainerArguments") or []]
+        argv = [*entrypoint, *arguments] if entrypoint else image.command(arguments or [TRAIN_ARGUMENT])
+        environment = container_environment(
+            image,
+            self._sagemaker_environment(),
+            self.ctx.thread_environment(),
+            self.request.get("Environment") or {},
         )
-        for channel in channels:
-            env[contract.CHANNEL_ENV_PREFIX + channel.upper()] = str(self.tree["data"] / channel)
-        env.update(self.ctx.thread_environment())
-        env.update(self.request.get("Environment") or {})
-        return env
+        return ContainerSpec(
+            argv=argv,
+            env=environment,
+            opt_ml=self.tree["base"],
+            workdir=image.workdir,
+            network_isolation=bool(self.request.get("EnableNetworkIsolation")),
+            hosts=(contract.DEFAULT_HOST,),
+            copy_on_write=image.environment,
+        )
 
     def _attempt(self, attempt: int, resumed_step: int | None) -> str:
         """Runs the container once; 'done' when it exited on its own, 'interrupted' for a spot restart."""
-        program = self._program()
         (self.tree["output"] / contract.FAILURE_FILE).unlink(missing_ok=True)
         start = time.time()
         shipper = self._open_log_stream(attempt, start)
         if resumed_step is not None:
             shipper.write(f"[retrain emulator] restored checkpoints from S3; newest step {resumed_step}")
-        process = self._launch(program)
+        process = Container(self._container_spec(), self.job_dir / "container" / f"attempt-{attempt}")
         self.process = process
         reader = threading.Thread(target=self._read_output, args=(process, shipper), daemon=True)
         reader.start()
@@ -559,16 +568,9 @@ class TrainingRun:
             reader.join(timeout=30)
             self.running_seconds += time.time() - start
             shipper.flush()
+            process.cleanup()
             self.process = None
         return self._outcome(process, watch, attempt, shipper)
-
-    def _program(self) -> Path:
-        program = self.ctx.code_dir / program_name(self.hyperparameters, self.request.get("Environment"))
-        if not program.is_file():
-            raise JobFailedError(
-                f"AlgorithmError: the training image has no program {program.name} in {self.ctx.code_dir}"
-            )
-        return program
 
     def _open_log_stream(self, attempt: int, start: float) -> LogShipper:
         """This attempt's log stream (recorded on the job) and its local log file."""
@@ -581,20 +583,7 @@ class TrainingRun:
             self.ctx.logs, TRAINING_LOG_GROUP, stream, self.job_dir / "logs" / f"attempt-{attempt}.log"
         )
 
-    def _launch(self, program: Path) -> subprocess.Popen[str]:
-        """The container: the program in script mode, in a process group of its own."""
-        return subprocess.Popen(
-            [sys.executable, "-u", str(program), *script_args(self.hyperparameters)],
-            cwd=self.ctx.code_dir,
-            env=self._environment(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            bufsize=1,
-            start_new_session=True,
-        )
-
-    def _supervise(self, process: subprocess.Popen[str], watch: _AttemptWatch, shipper: LogShipper) -> None:
+    def _supervise(self, process: Container, watch: _AttemptWatch, shipper: LogShipper) -> None:
         """Polls the running container: syncs checkpoints, and ends it on a stop, a time limit, a spot
         interruption or an injected fault (recorded in `watch`)."""
         while process.poll() is None:
@@ -613,9 +602,7 @@ class TrainingRun:
                 self._terminate(process)
                 return
 
-    def _tear_checkpoint_write(
-        self, process: subprocess.Popen[str], watch: _AttemptWatch, shipper: LogShipper
-    ) -> bool:
+    def _tear_checkpoint_write(self, process: Container, watch: _AttemptWatch, shipper: LogShipper) -> bool:
         """The injected fault, once the job wrote its first new checkpoint; True when it struck."""
         written = [p for p in self._local_checkpoints() if p not in watch.restored]
         if not written:
@@ -641,9 +628,7 @@ class TrainingRun:
             return "MaxWaitTimeExceeded"
         return None
 
-    def _outcome(
-        self, process: subprocess.Popen[str], watch: _AttemptWatch, attempt: int, shipper: LogShipper
-    ) -> str:
+    def _outcome(self, process: Container, watch: _AttemptWatch, attempt: int, shipper: LogShipper) -> str:
         if watch.stop is not None:
             raise JobStoppedError(watch.stop)
         if watch.interrupt is not None:
@@ -651,8 +636,9 @@ class TrainingRun:
                 self.checkpoint_sync.final()
             self._record_interruption(attempt, watch.interrupt, shipper)
             return "interrupted"
-        if process.returncode != 0:
-            raise JobFailedError(self._failure_reason(process.returncode))
+        returncode = process.wait()
+        if returncode != 0:
+            raise JobFailedError(self._failure_reason(returncode))
         return "done"
 
     def _spot_due(self, new_checkpoints: int, elapsed: float) -> bool:
@@ -675,11 +661,10 @@ class TrainingRun:
                 found.append((int(match.group("step")), path))
         return [path for _, path in sorted(found)]
 
-    def _kill_during_write(self, process: subprocess.Popen[str], path: Path, shipper: LogShipper) -> str:
+    def _kill_during_write(self, process: Container, path: Path, shipper: LogShipper) -> str:
         """Injected fault: the instance dies while it writes its newest checkpoint `path`; the torn file
         (its first half) is what the checkpoint sync leaves in S3."""
-        _signal_group(process, signal.SIGKILL)
-        process.wait()
+        process.kill()
         size = path.stat().st_size
         with path.open("r+b") as handle:
             handle.truncate(size // 2)
@@ -691,14 +676,10 @@ class TrainingRun:
             )
         return "checkpoint-write"
 
-    def _terminate(self, process: subprocess.Popen[str]) -> None:
-        """SIGTERM, then SIGKILL after the grace period, as SageMaker stops a container."""
-        _signal_group(process, signal.SIGTERM)
-        try:
-            process.wait(timeout=self.ctx.stop_grace_seconds)
-        except subprocess.TimeoutExpired:
-            _signal_group(process, signal.SIGKILL)
-            process.wait()
+    def _terminate(self, process: Container) -> None:
+        """SIGTERM to the container's first process, SIGKILL after the grace period, as SageMaker stops
+        a container."""
+        process.stop(self.ctx.stop_grace_seconds)
 
     def _record_interruption(self, attempt: int, cause: str, shipper: LogShipper) -> None:
         steps = checkpoint_steps(self.checkpoint_sync.local, self.name) if self.checkpoint_sync else []
@@ -731,13 +712,14 @@ class TrainingRun:
             self.waiting_seconds += time.time() - began
         self.transition("Restarting", f"Spot capacity available; restarting the job (attempt {attempt + 1})")
 
-    def _read_output(self, process: subprocess.Popen[str], shipper: LogShipper) -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
+    def _read_output(self, process: Container, shipper: LogShipper) -> None:
+        stdout = process.process.stdout
+        assert stdout is not None
+        for line in stdout:
             shipper.write(line)
             self.tracker.feed(line)
             self.tail = [*self.tail[-19:], line.rstrip("\n")]
-        process.stdout.close()
+        stdout.close()
 
     def _failure_reason(self, returncode: int) -> str:
         failure = self.tree["output"] / contract.FAILURE_FILE
@@ -763,8 +745,3 @@ class TrainingRun:
             self.request, self.ctx.s3, self.tree["base"], self.tree["output_data"], self.name
         )
         return changes
-
-
-def _signal_group(process: subprocess.Popen[str], sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, sig)

@@ -1,5 +1,5 @@
-"""Fixtures for the SageMaker emulator: moto-backed S3 and CloudWatch Logs, a code directory with the
-stand-in programs beside the real contract, and an emulator factory that stops its jobs afterwards."""
+"""Fixtures for the SageMaker emulator: moto-backed S3 and CloudWatch Logs, the training image with the
+stand-in programs in place of its scripts, and an emulator factory that stops its jobs afterwards."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 from moto import mock_aws
 
 from retrain.embedded.sagemaker import JobContext, SageMakerEmulator, SchedulerSettings
+from retrain.embedded.sagemaker.image import ContainerImage, build_image
 
 BUCKET = "retrain-emulator-tests"
 ROLE = "arn:aws:iam::123456789012:role/retrain-training"
@@ -31,23 +32,34 @@ def aws() -> Iterator[dict[str, Any]]:
         yield {"s3": s3, "logs": logs}
 
 
-@pytest.fixture
-def code_dir(tmp_path: Path) -> Path:
-    target = tmp_path / "code"
-    target.mkdir()
+def stand_in_image(root: Path) -> ContainerImage:
+    """The project's training image (its entrypoint, environment and contract) with the stand-in
+    programs in place of train.py, evaluate.py and rule_check.py."""
+    image = build_image(root)
     for program in PROGRAMS.glob("*.py"):
-        shutil.copy(program, target / program.name)
-    return target
+        shutil.copy(program, image.code_dir / program.name)
+    return image
+
+
+@pytest.fixture
+def image(tmp_path: Path) -> ContainerImage:
+    return stand_in_image(tmp_path / "image")
+
+
+@pytest.fixture
+def code_dir(image: ContainerImage) -> Path:
+    """The image's /opt/ml/code (as laid out here: what every job's container starts with)."""
+    return image.code_dir
 
 
 @pytest.fixture
 def make_emulator(
-    aws: dict[str, Any], code_dir: Path, tmp_path: Path
+    aws: dict[str, Any], image: ContainerImage, tmp_path: Path
 ) -> Iterator[Callable[..., SageMakerEmulator]]:
     made: list[SageMakerEmulator] = []
 
     def make(**kwargs: Any) -> SageMakerEmulator:
-        kwargs.setdefault("code_dir", code_dir)
+        kwargs.setdefault("image", image)
         kwargs.setdefault("grace_seconds", 3.0)
         workdir = kwargs.pop("workdir", tmp_path / "sagemaker")
         settings = {f.name: kwargs.pop(f.name) for f in fields(SchedulerSettings) if f.name in kwargs}

@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -35,7 +34,7 @@ from retrain.embedded.gatekeeper.iam.principals import Credentials, Principals
 from retrain.embedded.sagemaker import JobContext, SageMakerEmulator, SchedulerSettings, api_installed
 from retrain.embedded.server import gated_moto_server
 
-from .conftest import BUCKET, PROGRAMS, put_images, training_request
+from .conftest import BUCKET, put_images, stand_in_image, training_request
 from .test_channels_and_processing import processing_request
 from .test_tuning import tuning_request
 
@@ -163,10 +162,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     reader = principals.add(READER_ROLE, [READER])
     narrow = principals.add(NARROW_ROLE, [NARROW])
     root = tmp_path_factory.mktemp("aws-clients")
-    code = root / "code"
-    code.mkdir()
-    for program in PROGRAMS.glob("*.py"):
-        shutil.copy(program, code / program.name)
+    image = stand_in_image(root / "image")
     with PolicyEvaluator(account=ACCOUNT_ID) as evaluator, pytest.MonkeyPatch.context() as env:
         port = _port()
         endpoint = f"http://127.0.0.1:{port}"
@@ -193,7 +189,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             put_images(s3, "data/train")
             emulator = SageMakerEmulator(
                 root / "sagemaker",
-                JobContext(s3=s3, logs=logs, code_dir=code, grace_seconds=3.0),
+                JobContext(s3=s3, logs=logs, image=image, grace_seconds=3.0),
                 settings=SchedulerSettings(tuning_seed=1),
             )
             try:

@@ -15,6 +15,7 @@ from botocore.exceptions import ClientError
 
 from retrain.embedded.sagemaker import SageMakerEmulator
 from retrain.embedded.sagemaker.slots import NewestFirstSlots
+from retrain_contract import container as contract
 
 from .conftest import BUCKET, ROLE, put_images, training_request, wait_training, wait_until
 
@@ -108,7 +109,7 @@ def processing_request(name: str, *arguments: str) -> dict[str, Any]:
         "RoleArn": ROLE,
         "AppSpecification": {
             "ImageUri": "123456789012.dkr.ecr.us-east-1.amazonaws.com/retrain-training:latest",
-            "ContainerEntrypoint": ["python3", "/opt/ml/processing/code/evaluate.py"],
+            "ContainerEntrypoint": contract.entrypoint(contract.EVALUATE_PROGRAM),
             "ContainerArguments": [
                 "--input",
                 "/opt/ml/processing/input/data",
@@ -224,11 +225,14 @@ def test_processing_entrypoint_without_an_image_script_fails_clearly(
     request["AppSpecification"]["ContainerEntrypoint"] = ["python3", "/opt/ml/code/nope.py"]
     emulator = make_emulator()
 
-    # WHEN it runs THEN the reason names the script and what exists
+    # WHEN it runs THEN it fails as the container's python does, and the reason quotes it
     emulator.create_processing_job(**request)
     job = _wait_processing(emulator, "eval-missing")
     assert job["ProcessingJobStatus"] == "Failed"
-    assert "no nope.py" in job["FailureReason"] and "evaluate.py" in job["FailureReason"]
+    assert job["FailureReason"] == (
+        "AlgorithmError: exit code 2; last log line: python3: can't open file '/opt/ml/code/nope.py': "
+        "[Errno 2] No such file or directory"
+    )
 
 
 def test_model_archive_holds_the_model_directory_contents(

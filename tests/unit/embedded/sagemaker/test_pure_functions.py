@@ -1,42 +1,16 @@
-"""The emulator's pure parts: script-mode arguments, path rewriting, S3 URIs, metric regexes, ranges."""
+"""The emulator's pure parts: S3 URIs, metric regexes, ranges."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import optuna
 import pytest
 from botocore.exceptions import ClientError
 
 from retrain.embedded.sagemaker.logs import MetricTracker, compile_metric_definitions
-from retrain.embedded.sagemaker.processing import rewrite_argument
 from retrain.embedded.sagemaker.s3io import S3Uri
 from retrain.embedded.sagemaker.spot import SpotSchedule
-from retrain.embedded.sagemaker.training import program_name, script_args
 from retrain.embedded.sagemaker.tuning import ParameterSpec, parse_ranges
 from retrain_contract import container as contract
-
-
-def test_script_args_unquote_sdk_json_strings_and_drop_sdk_entries() -> None:
-    # GIVEN hyperparameters as the SageMaker SDK sends them
-    hyperparameters = {"model": '"resnet18"', "lr": "0.01", "sagemaker_program": '"train.py"', "amp": "false"}
-
-    # WHEN turned into script-mode arguments THEN strings are unquoted and sagemaker_* dropped
-    assert script_args(hyperparameters) == ["--amp", "false", "--lr", "0.01", "--model", "resnet18"]
-    assert program_name(hyperparameters) == "train.py"
-
-
-def test_program_name_falls_back_to_the_environment_then_the_contract() -> None:
-    assert program_name({}, {contract.PROGRAM_ENV: "other.py"}) == "other.py"
-    assert program_name({}) == contract.PROGRAM
-
-
-def test_container_paths_are_rewritten_into_the_job_tree(tmp_path: Path) -> None:
-    assert rewrite_argument("/opt/ml/processing/input", tmp_path) == str(tmp_path / "processing/input")
-    assert (
-        rewrite_argument("--out=/opt/ml/processing/out", tmp_path) == f"--out={tmp_path / 'processing/out'}"
-    )
-    assert rewrite_argument("--top-k", tmp_path) == "--top-k"
 
 
 def test_s3_uri_parses_and_refuses_what_is_not_one() -> None:
