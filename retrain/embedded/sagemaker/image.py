@@ -198,10 +198,12 @@ class DockerIgnore:
 
     @classmethod
     def read(cls, path: Path) -> DockerIgnore:
-        if not path.is_file():
-            return cls()
+        return cls.parse(path.read_text(encoding="utf-8").splitlines()) if path.is_file() else cls()
+
+    @classmethod
+    def parse(cls, lines: list[str]) -> DockerIgnore:
         rules = []
-        for raw in path.read_text(encoding="utf-8").splitlines():
+        for raw in lines:
             line = raw.strip()
             if not line or line.startswith("#"):
                 continue
