@@ -15,12 +15,12 @@ LAMBDA_PYTHON := $(shell sed -n 's/^ *Runtime: *python\([0-9.]*\).*/\1/p' templa
 export SAM_CLI_TELEMETRY := 0
 export AWS_DEFAULT_REGION ?= us-east-1
 
-.PHONY: help setup test lint validate package-check pytest demo bench clean lock image
+.PHONY: help setup test lint validate package-check image-check pytest demo bench clean lock image
 
 help:
 	@echo "make demo   - run the whole retraining flow on the embedded AWS emulation"
 	@echo "make test   - every test and gate (ruff, mypy, pytest, sam/cfn-lint, IAM check, asl-validator, packaging)"
-	@echo "make lint | validate | bench | image | lock | clean"
+	@echo "make lint | validate | image-check | bench | image | lock | clean"
 
 setup: $(STAMP)
 
@@ -62,11 +62,15 @@ package-check: setup
 	    -r functions/requirements.txt --target build/lambda-package && \
 	  echo "package-check: functions/requirements.txt installs for python$(LAMBDA_PYTHON) on x86_64 (glibc <= 2.34)"; fi
 
+# The training image's package set on the base image's Python (3.12): installs, pip check, the jobs' imports.
+image-check: setup
+	$(BIN)/python -m retrain.dev.image_check
+
 pytest: setup
 	$(BIN)/python -m pytest -n 2 --dist loadgroup --durations=15 || { rc=$$?; \
 	  [ $$rc -ne 5 ] || echo "pytest collected no tests: the suite is broken" >&2; exit $$rc; }
 
-test: lint validate pytest
+test: lint validate image-check pytest
 
 demo: setup
 	$(BIN)/retrain demo
@@ -82,8 +86,11 @@ bench: setup
 	$(BIN)/python bench/ingest.py --append BENCHMARKS.md
 	$(BIN)/python bench/transfer.py --append BENCHMARKS.md
 
-image:
-	docker build -f training_image/Dockerfile -t retrain-training:latest .
+# The base image's URI in REGION comes from sagemaker-core's image-URI data (retrain/dev/base_image.py).
+REGION ?= $(AWS_DEFAULT_REGION)
+image: setup
+	docker build -f training_image/Dockerfile $$($(BIN)/python -m retrain.dev.base_image --region $(REGION) --build-args) \
+	  -t retrain-training:latest .
 
 # Regenerate constraints.txt from what is installed (after changing a requirement file).
 lock:

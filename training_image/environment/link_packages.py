@@ -8,11 +8,12 @@ one environment the jobs run in. The embedded SageMaker builds its stand-in for 
 same way, from the development virtualenv: everything training_image/requirements.txt needs, nothing
 else (so the project's own packages and the test tools do not import in a job).
 
-    python link_packages.py --into VENV [-r REQUIREMENTS] [NAME ...]
+    python link_packages.py --into VENV [--freeze FILE] [-r REQUIREMENTS] [NAME ...]
 
 Links the closure of the requirements (markers evaluated for the running interpreter) from the running
-interpreter's site-packages, and writes the console scripts of the linked distributions for VENV's
-python. Standard library and `packaging` only: it runs in the base image before anything is installed.
+interpreter's site-packages, writes the console scripts of the linked distributions for VENV's python
+and, with --freeze, their versions as pip constraints (so that installing beside them moves none).
+Standard library and `packaging` only: it runs in the base image before anything is installed.
 """
 
 from __future__ import annotations
@@ -113,6 +114,7 @@ def write_console_scripts(distribution: metadata.Distribution, venv: Path) -> No
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--into", type=Path, required=True, help="the virtualenv to link into")
+    parser.add_argument("--freeze", type=Path, help="write the linked versions here as pip constraints")
     parser.add_argument("-r", "--requirement", type=Path, action="append", default=[])
     parser.add_argument("names", nargs="*", help="more requirements (e.g. torch)")
     args = parser.parse_args(argv)
@@ -124,6 +126,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"link_packages: {error}", file=sys.stderr)
         return 1
     link(distributions.values(), args.into.resolve())
+    if args.freeze is not None:
+        pins = sorted(f"{name}=={dist.version}" for name, dist in distributions.items())
+        args.freeze.write_text("".join(f"{pin}\n" for pin in pins), encoding="utf-8")
     print(f"linked {len(distributions)} distributions into {args.into}")
     return 0
 

@@ -31,10 +31,9 @@ from pathlib import Path
 from typing import Final
 
 from retrain.embedded.sagemaker import container_init
-from retrain.embedded.sagemaker.image import ContainerImage
+from retrain.embedded.sagemaker.image import SYSTEM_PATH, ContainerImage
 
 UNSHARE: Final = "unshare"
-SYSTEM_PATH: Final = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # This machine's pip configuration, which the image does not have (its find-links and local indexes
 # would let `pip install` in a job succeed offline where the image's cannot).
 HIDDEN_CONFIGURATION: Final = ("/etc/pip.conf", "/etc/xdg/pip", "/etc/xdg/pip.conf")

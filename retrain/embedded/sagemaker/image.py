@@ -29,6 +29,7 @@ from dockerfile_parse.util import WordSplitter
 from retrain_contract import container as contract
 
 OPT_ML = PurePosixPath(contract.DEFAULT_BASE_DIR)
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # The project's training image, built (`make image`) with the repository root as its context.
 BUILD_CONTEXT = Path(__file__).resolve().parents[3]
 TRAINING_DOCKERFILE = BUILD_CONTEXT / "training_image" / "Dockerfile"
@@ -91,7 +92,10 @@ def build_image(
 ) -> ContainerImage:
     """Read `dockerfile` (a build with `context`) and lay out its COPY files under `root`; the image's
     Python is an environment of `requirements` (image_env.py)."""
-    parser = DockerfileParser(path=str(dockerfile), build_args=dict(build_args or {}))
+    # The base image's own ENV is not known here: a `${PATH}` in ENV extends the usual system PATH.
+    parser = DockerfileParser(
+        path=str(dockerfile), build_args=dict(build_args or {}), parent_env={"PATH": SYSTEM_PATH}
+    )
     # BuildKit reads <Dockerfile>.dockerignore beside the Dockerfile first, else the context's.
     beside = dockerfile.with_name(dockerfile.name + ".dockerignore")
     ignore = DockerIgnore.read(beside if beside.is_file() else context / ".dockerignore")

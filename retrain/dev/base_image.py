@@ -1,0 +1,70 @@
+"""The training image's base: which AWS PyTorch training Deep Learning Container, resolved per region.
+
+Chosen deliberately (2026-11): PyTorch 2.13 on Amazon Linux 2023, Python 3.12, CUDA 13 (torch's wheels
+are cu130), a SageMaker image with the training toolkit, GA 2026-07-20, patches until 2027-07-20
+(aws/deep-learning-containers, docs/src/data/pytorch/). Its torch is the version the project pins and
+tests against (training_image/requirements.txt), so the launcher's torchrun flags and every torch API
+the code uses are the image's. 2.9 (the former base) left patch support on 2026-10-15; 2.10 runs
+Python 3.13, where smdebug's profiler dependency (pyinstrument-cext) does not import.
+
+The registry account differs by region, so the URI comes from sagemaker-core's image-URI data, never a
+literal: `python -m retrain.dev.base_image --region eu-south-1` prints it; `--build-args` prints the
+`docker build` arguments `make image` passes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from sagemaker.core import image_uris  # type: ignore[import-untyped]
+
+FRAMEWORK = "pytorch-amzn2023"  # sagemaker-core's name for the AL2023 PyTorch DLCs (repository `pytorch`)
+VERSION = "2.13"
+PYTHON = "3.12"
+PATCHED_UNTIL = datetime.date(2027, 7, 20)  # AWS's end of patch support for this DLC
+TORCH = "2.13.0"
+# An instance type with a GPU selects the CUDA variant of the image (a CPU type, the `cpu` one).
+GPU_INSTANCE_TYPE = "ml.g5.xlarge"
+# DALI built for the CUDA major version of the image's torch wheels (cu130).
+DALI_PACKAGE = "nvidia-dali-cuda130==2.4.0"
+# What the image's torch brings with it in the base (the closure of torch in the base image's lock
+# file): the image's own packages must agree with these versions (training_image/environment/).
+BASE_PACKAGES = Path(__file__).resolve().parents[2] / "training_image" / "environment" / "base-image.txt"
+
+
+def uri(region: str) -> str:
+    """The base image in `region`'s registry."""
+    resolved: str = image_uris.retrieve(
+        framework=FRAMEWORK,
+        region=region,
+        version=VERSION,
+        instance_type=GPU_INSTANCE_TYPE,
+        image_scope="training",
+    )
+    return resolved
+
+
+def build_args(region: str) -> list[str]:
+    return ["--build-arg", f"BASE_IMAGE={uri(region)}", "--build-arg", f"DALI_PACKAGE={DALI_PACKAGE}"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--region", required=True)
+    parser.add_argument("--build-args", action="store_true", help="print docker build's --build-arg options")
+    args = parser.parse_args(argv)
+    try:
+        words = build_args(args.region) if args.build_args else [uri(args.region)]
+    except ValueError as error:
+        print(f"no {FRAMEWORK} {VERSION} training image in region {args.region}: {error}", file=sys.stderr)
+        return 1
+    print(" ".join(words))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
