@@ -53,9 +53,12 @@ validate: setup package-check
 # later run on Amazon Linux 2023 (glibc 2.34), so wheels up to manylinux_2_34 load there (the platforms
 # `sam build` accepts for those runtimes; Pillow 13 ships manylinux_2_28 wheels only).
 LAMBDA_PLATFORMS := --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_34_x86_64
+# The runtime's interpreter is found as the embedded Lambda runtime finds it (PATH, then pyenv's versions).
 package-check: setup
 	@if [ -z "$(LAMBDA_PYTHON)" ]; then echo "package-check: no Lambda runtime in template.yaml yet"; \
-	elif python$(LAMBDA_PYTHON) --version >/dev/null 2>&1; then $(BIN)/sam build --template template.yaml; \
+	elif bin=$$($(BIN)/python -c "from retrain.embedded.awslambda.interpreters import interpreter; \
+	    print(interpreter('python$(LAMBDA_PYTHON)').executable.parent)" 2>/dev/null); then \
+	  PATH="$$bin:$$PATH" $(BIN)/sam build --template template.yaml; \
 	else rm -rf build/lambda-package && \
 	  $(BIN)/python -m pip install -qq --disable-pip-version-check --only-binary=:all: \
 	    --python-version $(LAMBDA_PYTHON) --implementation cp $(LAMBDA_PLATFORMS) \
