@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -346,14 +347,17 @@ def test_trials_wait_for_account_capacity_instead_of_failing(
     )
     job = wait_tuning(emulator, "capacity")
 
-    # THEN the trials that met ResourceLimitExceeded started later: three trials, all completed
+    # THEN all three trials completed, one after another, never two at once
     assert job["HyperParameterTuningJobStatus"] == "Completed", job.get("FailureReason")
     assert job["TrainingJobStatusCounters"]["Completed"] == 3
     trials = emulator.list_training_jobs_for_hyper_parameter_tuning_job(
         HyperParameterTuningJobName="capacity"
-    )
-    assert sorted(t["TrainingJobName"][:12] for t in trials["TrainingJobSummaries"]) == [
-        "capacity-001",
-        "capacity-002",
-        "capacity-003",
-    ]
+    )["TrainingJobSummaries"]
+    runs = sorted((t["TrainingStartTime"], t["TrainingEndTime"], t["TrainingJobName"][:12]) for t in trials)
+    assert [name for _, _, name in runs] == ["capacity-001", "capacity-002", "capacity-003"]
+    for (_, ended, before), (started, _, after) in pairwise(runs):
+        assert started >= ended, f"{after} started at {started}, before {before} ended at {ended}"
+    # AND the tuning job did ask for a second trial while one ran, and met ResourceLimitExceeded
+    refused = emulator._tuning["capacity"]["LastLaunchError"]
+    assert "(ResourceLimitExceeded) when calling the CreateTrainingJob operation" in refused
+    assert "'Number of concurrent training jobs' is 1 jobs, with current utilization of 1 jobs" in refused
