@@ -396,8 +396,39 @@ def test_real_failing_job_reports_its_failure_reason(stack: dict[str, Any]) -> N
     assert "resnet999" in job["FailureReason"]
 
 
+def _containers() -> list[str]:
+    """This process's descendants that are job containers: `unshare ... container_init.py` and what it
+    started, zombies included (a zombie keeps its name, not its command line)."""
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            name, command = child.name(), " ".join(child.cmdline())
+        except psutil.ZombieProcess:
+            name, command = child.name(), "<zombie>"
+        except psutil.NoSuchProcess:
+            continue
+        if name == "unshare" or "container_init.py" in command:
+            found.append(f"{child.pid} {name} {child.status()}: {command}")
+    return found
+
+
 def test_training_jobs_left_no_child_process_behind(stack: dict[str, Any]) -> None:
-    # GIVEN the jobs above WHEN the emulator has no job running THEN no container process of ours survives
-    assert stack["emulator"].wait(timeout=5)
-    programs = [" ".join(child.cmdline()) for child in psutil.Process().children(recursive=True)]
-    assert [p for p in programs if "training_image" in p] == []
+    # GIVEN a training job whose container is running, seen among this process's descendants
+    sagemaker, emulator = stack["sagemaker"], stack["emulator"]
+    sagemaker.create_training_job(TrainingJobName="left-behind", **definition(epochs="100"))
+    deadline = time.time() + 120
+    while not (
+        sagemaker.describe_training_job(TrainingJobName="left-behind")["SecondaryStatus"] == "Training"
+        and _containers()
+    ):
+        assert time.time() < deadline, "the job's container never showed up"
+        time.sleep(0.2)
+
+    # WHEN it is stopped and the emulator has no job running (with the other jobs of this module)
+    sagemaker.stop_training_job(TrainingJobName="left-behind")
+    job = wait_training(sagemaker, "left-behind")
+    assert emulator.wait(timeout=5)
+
+    # THEN it ended Stopped and no container process of any job survives, not even as a zombie
+    assert job["TrainingJobStatus"] == "Stopped", job.get("FailureReason")
+    assert _containers() == []
