@@ -16,7 +16,6 @@ from typing import Any
 
 import boto3
 import numpy as np
-import psutil
 import pytest
 from botocore.exceptions import ClientError
 from moto.server import ThreadedMotoServer
@@ -31,7 +30,7 @@ from retrain.embedded.sagemaker import (
     api_installed,
 )
 from retrain_contract import container as contract
-from tests.unit.embedded.sagemaker.conftest import training_done
+from tests.unit.embedded.sagemaker.conftest import container_processes, training_done
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -396,22 +395,6 @@ def test_real_failing_job_reports_its_failure_reason(stack: dict[str, Any]) -> N
     assert "resnet999" in job["FailureReason"]
 
 
-def _containers() -> list[str]:
-    """This process's descendants that are job containers: `unshare ... container_init.py` and what it
-    started, zombies included (a zombie keeps its name, not its command line)."""
-    found = []
-    for child in psutil.Process().children(recursive=True):
-        try:
-            name, command = child.name(), " ".join(child.cmdline())
-        except psutil.ZombieProcess:
-            name, command = child.name(), "<zombie>"
-        except psutil.NoSuchProcess:
-            continue
-        if name == "unshare" or "container_init.py" in command:
-            found.append(f"{child.pid} {name} {child.status()}: {command}")
-    return found
-
-
 def test_training_jobs_left_no_child_process_behind(stack: dict[str, Any]) -> None:
     # GIVEN a training job whose container is running, seen among this process's descendants
     sagemaker, emulator = stack["sagemaker"], stack["emulator"]
@@ -419,7 +402,7 @@ def test_training_jobs_left_no_child_process_behind(stack: dict[str, Any]) -> No
     deadline = time.time() + 120
     while not (
         sagemaker.describe_training_job(TrainingJobName="left-behind")["SecondaryStatus"] == "Training"
-        and _containers()
+        and container_processes()
     ):
         assert time.time() < deadline, "the job's container never showed up"
         time.sleep(0.2)
@@ -431,4 +414,4 @@ def test_training_jobs_left_no_child_process_behind(stack: dict[str, Any]) -> No
 
     # THEN it ended Stopped and no container process of any job survives, not even as a zombie
     assert job["TrainingJobStatus"] == "Stopped", job.get("FailureReason")
-    assert _containers() == []
+    assert container_processes() == []
