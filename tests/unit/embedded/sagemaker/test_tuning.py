@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
+from retrain.embedded.faults import Faults
 from retrain.embedded.sagemaker import SageMakerEmulator
 
 from .conftest import put_images, training_request, wait_until
@@ -332,6 +333,29 @@ def test_stopping_a_tuning_job_stops_its_running_trials(
     assert job["HyperParameterTuningJobStatus"] == "Stopped"
     assert job["TrainingJobStatusCounters"]["Stopped"] == 2
     assert sum(job["TrainingJobStatusCounters"].values()) == 2
+
+
+def test_trials_meet_an_injected_create_training_job_error_and_are_asked_again(
+    aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator]
+) -> None:
+    # GIVEN the fault that makes CreateTrainingJob answer ResourceLimitExceeded twice
+    put_images(aws["s3"], "data/train")
+    faults = Faults.parse(["resource-limit:2"])
+    emulator = make_emulator(faults=faults)
+
+    # WHEN a tuning job creates its one trial
+    emulator.create_hyper_parameter_tuning_job(
+        **tuning_request("limited", strategy="Random", jobs=1, parallel=1)
+    )
+    job = wait_tuning(emulator, "limited")
+
+    # THEN its CreateTrainingJob calls met the injected error, both times, and the third made the trial
+    assert job["HyperParameterTuningJobStatus"] == "Completed", job.get("FailureReason")
+    assert job["TrainingJobStatusCounters"]["Completed"] == 1
+    refused = emulator._tuning["limited"]["LastLaunchError"]
+    assert "(ResourceLimitExceeded) when calling the CreateTrainingJob operation" in refused
+    assert "'ml.g5.xlarge for spot training job usage' is 1 Instances" in refused
+    assert faults.create_training_job_error("after") is None  # the fault fired its two times
 
 
 def test_trials_wait_for_account_capacity_instead_of_failing(
