@@ -722,8 +722,14 @@ def test_a_manual_start_while_a_run_is_active_is_refused(harness: Harness) -> No
     )
     # WHEN a manual run starts
     result = harness.run({"dataset": "flowers"}, name="manual-2")
-    # THEN it fails with DatasetBusyError and the other run keeps the lock
+    # THEN it fails with DatasetBusyError naming the active run, opens no run record of its own,
+    # and the other run keeps the lock
     assert result["status"] == "FAILED"
+    assert result["error"] == "DatasetBusyError", result
+    busy = "run flowers-00001 of data set 'flowers' is active; runs of a data set never overlap"
+    assert busy in result["cause"]
+    aws = harness.aws
+    assert runs.get_run("flowers", "manual-2", table_name=aws.runs_table, client=aws.dynamodb) is None
     assert harness.lock() == "flowers-00001"
 
 

@@ -154,8 +154,32 @@ def test_a_run_trains_checks_rules_evaluates_and_registers_with_the_real_contain
     assert result["status"] == "SUCCEEDED", result
     record = emulated.record()
     assert record["status"] == "SUCCEEDED", record.get("failure")
+    sagemaker, s3 = emulated.sagemaker, emulated.aws.s3
+    # AND the best trial trained with the real train.py, its objective its own validation accuracy
     assert record["best_training_job"].startswith(record["tuning_job"])
-    assert 0.0 <= record["challenger"]["top1"] <= 1.0
+    trial = sagemaker.describe_training_job(TrainingJobName=record["best_training_job"])
+    assert trial["TrainingJobStatus"] == "Completed"
+    metrics = {m["MetricName"]: m["Value"] for m in trial["FinalMetricDataList"]}
+    assert record["best_objective"] == metrics["val-accuracy"]
+    assert record["model_data"] == trial["ModelArtifacts"]["S3ModelArtifacts"]
+    # AND the challenger's top-1 is what evaluate.py measured on the validation images of that model
+    bucket, key = record["challenger"]["report_uri"].removeprefix("s3://").split("/", 1)
+    report = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+    validation = {label: counts["validation"] for label, counts in record["class_counts"].items()}
+    assert report["labels"] == ["cat", "dog"] and report["samples"] == sum(validation.values()) > 0
+    assert {label: c["support"] for label, c in report["per_class"].items()} == validation
+    confusion = np.array(report["confusion_matrix"])
+    assert confusion.sum() == report["samples"]
+    assert record["challenger"]["top1"] == report["top1"] == np.trace(confusion) / report["samples"]
+    evaluation = sagemaker.describe_processing_job(ProcessingJobName=record["challenger"]["job"])
+    assert evaluation["ProcessingJobStatus"] == "Completed"
+    model_input = {i["InputName"]: i["S3Input"]["S3Uri"] for i in evaluation["ProcessingInputs"]}
+    assert record["model_data"] in model_input.values()
+    # AND every rule reached a verdict, and the registered package is that model
     assert {r["rule"] for r in record["rule_results"]} >= {"LossNotDecreasing"}
-    assert record["model_package_arn"]
+    assert {r["status"] for r in record["rule_results"]} <= {"NoIssuesFound", "IssuesFound"}
+    package = sagemaker.describe_model_package(ModelPackageName=record["model_package_arn"])
+    assert package["ModelApprovalStatus"] == "Approved"
+    [container] = package["InferenceSpecification"]["Containers"]
+    assert container["ModelDataUrl"] == record["model_data"]
     assert record["training_seconds"] > 0

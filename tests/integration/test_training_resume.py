@@ -254,9 +254,16 @@ def test_killed_job_with_the_debug_hook_on_restarts(
     trigger = r"checkpoint ckpt-000000003\.pt written"
     killed = run_training(workdir, dataset, sigterm_on=trigger, args=HOOKED_ARGS, signum=signal.SIGKILL)
     assert killed == -signal.SIGKILL
+    newest = checkpoint_steps(workdir)[-1]
+    assert newest >= 3
+    before = len((workdir / "stderr.log").read_text())
     # WHEN it restarts in the same directory
     assert run_training(workdir, dataset, args=HOOKED_ARGS) == 0
-    # THEN it ends as the uninterrupted run did, its tensors included
+    # THEN it resumed from the newest checkpoint the killed run left (a restart from scratch with the
+    # same seed would end with the same weights), and ends as the uninterrupted run did, tensors included
+    restart = (workdir / "stderr.log").read_text()[before:]
+    resumed = re.findall(r"resumed from (ckpt-\d{9}\.pt) at epoch \d+ batch \d+ \(step (\d+)\)", restart)
+    assert resumed == [(contract.checkpoint_name(newest), str(newest))], restart[-2000:]
     assert_bit_equal(final_weights(workdir), uninterrupted)
     assert tensor_record(workdir) == tensor_record(uninterrupted_hooked)
 

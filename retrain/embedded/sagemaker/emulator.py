@@ -17,10 +17,10 @@ from typing import Any
 from retrain.embedded.account import ACCOUNT_ID, REGION
 from retrain.embedded.sagemaker import listing, responses
 from retrain.embedded.sagemaker.errors import (
-    RESOURCE_LIMIT_EXCEEDED,
     RESOURCE_NOT_FOUND,
     VALIDATION,
     client_error,
+    injected_error,
     validation,
 )
 from retrain.embedded.sagemaker.image import build_image
@@ -38,14 +38,6 @@ from retrain.embedded.sagemaker.validation import (
     check_training_request,
     require,
 )
-
-# The messages of the CreateTrainingJob errors a fault injects.
-_INJECTED_MESSAGES = {
-    "ThrottlingException": "Rate exceeded",
-    RESOURCE_LIMIT_EXCEEDED: "The account-level service limit 'ml.g5.xlarge for spot training "
-    "job usage' is 1 Instances, with current utilization of 1 Instances and a request delta of "
-    "1 Instances.",
-}
 
 
 def _rejected_in_status(kind: str, status: str, operation: str) -> Exception:
@@ -115,8 +107,7 @@ class SageMakerEmulator:
         check_training_request(request, operation)
         injected = self.context.faults.create_training_job_error(request["TrainingJobName"])
         if injected is not None:
-            message = _INJECTED_MESSAGES.get(injected, f"injected fault {injected}")
-            raise client_error(injected, message, operation)
+            raise injected_error(injected, operation)
         return {"TrainingJobArn": self.jobs.launch_training(responses.plain(request), None, JobControl())}
 
     def describe_training_job(self, **request: Any) -> dict[str, Any]:

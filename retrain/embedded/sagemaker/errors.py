@@ -13,6 +13,13 @@ RESOURCE_IN_USE = "ResourceInUse"
 THROTTLING = "ThrottlingException"
 
 _HTTP_STATUS = {THROTTLING: 400, RESOURCE_NOT_FOUND: 400, RESOURCE_LIMIT_EXCEEDED: 400, VALIDATION: 400}
+# What the service says with an error code the fault configuration injects into CreateTrainingJob.
+_INJECTED_MESSAGES = {
+    THROTTLING: "Rate exceeded",
+    RESOURCE_LIMIT_EXCEEDED: "The account-level service limit 'ml.g5.xlarge for spot training "
+    "job usage' is 1 Instances, with current utilization of 1 Instances and a request delta of "
+    "1 Instances.",
+}
 
 
 def client_error(code: str, message: str, operation: str) -> ClientError:
@@ -26,3 +33,8 @@ def client_error(code: str, message: str, operation: str) -> ClientError:
 
 def validation(message: str, operation: str) -> ClientError:
     return client_error(VALIDATION, message, operation)
+
+
+def injected_error(code: str, operation: str) -> ClientError:
+    """The ClientError an injected fault answers with, worded as the service words that code."""
+    return client_error(code, _INJECTED_MESSAGES.get(code, f"injected fault {code}"), operation)

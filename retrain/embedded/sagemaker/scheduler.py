@@ -17,7 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from retrain.embedded.sagemaker import debugger
-from retrain.embedded.sagemaker.errors import RESOURCE_LIMIT_EXCEEDED, client_error, validation
+from retrain.embedded.sagemaker.errors import (
+    RESOURCE_LIMIT_EXCEEDED,
+    client_error,
+    injected_error,
+    validation,
+)
 from retrain.embedded.sagemaker.processing import ProcessingRun
 from retrain.embedded.sagemaker.store import JobStore
 from retrain.embedded.sagemaker.training import JobContext, JobControl, TrainingRun
@@ -341,7 +346,12 @@ class JobScheduler:
     def _launch_trial(
         self, request: dict[str, Any], tuning_arn: str, trial: str, tuned: dict[str, str], control: JobControl
     ) -> None:
-        """One trial: the tuning job's training definition with the static and tuned hyperparameters."""
+        """One trial: the tuning job's training definition with the static and tuned hyperparameters.
+        The tuning service creates it with CreateTrainingJob, so an error injected there (throttling, an
+        account limit) reaches the tuner, which waits and asks again."""
+        injected = self.context.faults.create_training_job_error(trial)
+        if injected is not None:
+            raise injected_error(injected, "CreateTrainingJob")
         definition = request["TrainingJobDefinition"]
         job = {k: copy.deepcopy(v) for k, v in definition.items() if k not in _DEFINITION_ONLY}
         job["TrainingJobName"] = trial

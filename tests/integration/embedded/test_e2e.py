@@ -13,6 +13,7 @@ first run's tuning job. The injected faults are test_e2e_faults.py's subject.
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 import pytest
@@ -24,16 +25,26 @@ from retrain import demo_data
 from retrain.collect import read_json_object
 from retrain.demo import DEMO_PARAMETERS
 from retrain.embedded.faults import Faults
+from retrain.embedded.sagemaker import INTERRUPTIONS_FIELD
 from retrain_contract import container as contract
-from retrain_training import models
+from retrain_training import models, rules
 from tests.integration.embedded.flow import DATASET, IMAGES, Finished, Uploads, lock_holder, run_to_the_end
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 LATER_IMAGES = 60
 # The second run's subjects are the warm start and the template's default FinalTraining=true (the final
-# training job runs the real container): one epoch, two trials at once, no checkpoint evaluations.
-QUICK = {"CheckpointEvaluationEvery": "0", "Epochs": "1", "MaxTuningJobs": "2", "FinalTraining": "true"}
+# training job runs the real container): one epoch, two trials at once, no checkpoint evaluations. Its
+# gate takes any challenger (one epoch may not beat the champion, or a rule may find an issue: the gate's
+# own tests decide those), so the run ends registered and the test knows it does.
+QUICK = {
+    "CheckpointEvaluationEvery": "0",
+    "Epochs": "1",
+    "MaxTuningJobs": "2",
+    "FinalTraining": "true",
+    "MinImprovement": "-1.0",
+    "BlockOnRuleIssues": "false",
+}
 # Weights of the demo's architecture in a bucket of the user's (not the stack's): the first run's start.
 WEIGHTS_BUCKET, WEIGHTS_KEY = "retrain-e2e-weights", "imagenet-shaped/resnet18.pth"
 PRETRAINED = {"PretrainedModelUri": f"s3://{WEIGHTS_BUCKET}/{WEIGHTS_KEY}"}
@@ -105,9 +116,17 @@ def test_an_upload_alone_runs_the_whole_flow_and_a_later_run_warm_starts_after_a
             TrainingJobName=later.record["final_training_job"]
         )
         evaluations = {side: _evaluation(later, side) for side in ("challenger", "champion")}
+        package = later.stack.client("sagemaker").describe_model_package(
+            ModelPackageName=later.record["model_package_arn"]
+        )
         assert later.stack.gatekeeper.denied() == []
 
-    assert later.record["status"] in ("SUCCEEDED", "REJECTED"), later.record.get("failure")
+    assert later.record["status"] == "SUCCEEDED", later.record.get("failure") or later.record.get("gate")
+    assert later.record["gate"]["decision"] == "accepted"
+    # It registered the next version of the first run's package group, with the final job's model.
+    group, version = later.record["model_package_arn"].rsplit("/", 1)
+    assert (group, int(version)) == (first["model_package_arn"].rsplit("/", 1)[0], 2)
+    assert package["InferenceSpecification"]["Containers"][0]["ModelDataUrl"] == later.record["model_data"]
     assert later.record["new_images"] == LATER_IMAGES + NEW_LABEL_IMAGES
     # It fine-tuned from the champion (the first run's model): the record says so, and the final training
     # job read that model.tar.gz as its pretrained channel, with the new label among its labels.
@@ -184,14 +203,25 @@ def _tuning_ran_its_trials_two_at_a_time_each_resumed_after_a_spot_interruption(
         HyperParameterTuningJobName=happy.record["tuning_job"]
     )["TrainingJobSummaries"]
 
+    # Two trials, and they ran at the same time (each started before the other ended).
     assert tuning["HyperParameterTuningJobConfig"]["ResourceLimits"]["MaxParallelTrainingJobs"] == 2
-    assert len(trials) == int(DEMO_PARAMETERS["MaxTuningJobs"])
-    best = sagemaker.describe_training_job(TrainingJobName=happy.record["best_training_job"])
-    assert best["EnableManagedSpotTraining"] is True
-    assert any(
-        "Interrupted" in t.get("StatusMessage", "") or t["Status"] == "Interrupted"
-        for t in best["SecondaryStatusTransitions"]
-    )
+    assert len(trials) == int(DEMO_PARAMETERS["MaxTuningJobs"]) == 2
+    windows = [(t["TrainingStartTime"], t["TrainingEndTime"]) for t in trials]
+    assert max(sum(s <= start < e for s, e in windows) for start, _ in windows) == 2, windows
+    # Each was interrupted once by the spot schedule and its next attempt resumed from the newest
+    # checkpoint that had reached S3, at that checkpoint's step.
+    emulator = happy.stack.sagemaker
+    for trial in trials:
+        job = emulator.describe_training_job(TrainingJobName=trial["TrainingJobName"])
+        assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason")
+        assert job["EnableManagedSpotTraining"] is True
+        [interruption] = job[INTERRUPTIONS_FIELD]
+        assert interruption["Cause"] == "spot"
+        step = interruption["NewestCheckpointStep"]
+        logs = emulator.workdir / "training" / job["TrainingJobName"] / "logs"
+        resumed = (logs / f"attempt-{interruption['Attempt'] + 1}.log").read_text(encoding="utf-8")
+        pattern = rf"resumed from {contract.checkpoint_name(step)} at epoch \d+ batch \d+ \(step {step}\)"
+        assert re.search(pattern, resumed), resumed[-2000:]
     assert happy.record["billable_seconds"] < happy.record["training_seconds"]
 
 
@@ -223,6 +253,9 @@ def _the_run_record_holds_every_field(happy: Finished) -> None:
     ):
         assert field in record, f"run record lacks {field}: {sorted(record)}"
     assert record["new_images"] == IMAGES
-    assert {r["status"] for r in record["rule_results"]} <= {"NoIssuesFound", "IssuesFound", "Error"}
+    # Every rule of the rule check reached a verdict (none could not be evaluated).
+    results = record["rule_results"]
+    assert sorted(r["rule"] for r in results) == sorted(rules.RULE_NAMES)
+    assert {r["status"] for r in results} <= {rules.NO_ISSUES, rules.ISSUES}, results
     assert record["challenger"]["top1"] > 0
     assert any(point.get("status") == "Completed" for point in record["checkpoint_evaluations"])

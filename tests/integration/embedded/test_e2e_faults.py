@@ -6,12 +6,15 @@ embedded stack per process).
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from retrain.embedded.faults import Faults
-from tests.integration.embedded.flow import Uploads, lock_holder, run_to_the_end
+from retrain.embedded.sagemaker import INTERRUPTIONS_FIELD
+from tests.integration.embedded.flow import Finished, Uploads, lock_holder, run_to_the_end
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -21,19 +24,62 @@ FAULT_IMAGES = 150
 QUICK = {"CheckpointEvaluationEvery": "0", "Epochs": "2"}
 
 
+def _the_tuning_job_met_the_injected_limit_twice(finished: Finished) -> None:
+    """resource-limit:2: the trials' CreateTrainingJob calls (the run's only ones: no final training)
+    met ResourceLimitExceeded, the fault fired both its times, and the tuner asked again."""
+    tuning = finished.stack.sagemaker._tuning[finished.record["tuning_job"]]
+    assert "(ResourceLimitExceeded) when calling the CreateTrainingJob operation" in tuning["LastLaunchError"]
+    assert finished.stack.faults.create_training_job_error("after the run") is None
+
+
+def _a_trial_lost_its_instance_mid_write_and_skipped_the_torn_checkpoint(finished: Finished) -> None:
+    """kill-checkpoint-write: one trial's instance died while it wrote a checkpoint (an interruption of
+    its own cause, besides the spot schedule's), and its next attempt refused the torn file."""
+    emulator = finished.stack.sagemaker
+    summaries = emulator.list_training_jobs_for_hyper_parameter_tuning_job(
+        HyperParameterTuningJobName=finished.record["tuning_job"]
+    )["TrainingJobSummaries"]
+    jobs = [emulator.describe_training_job(TrainingJobName=t["TrainingJobName"]) for t in summaries]
+    killed = [(j, i) for j in jobs for i in j[INTERRUPTIONS_FIELD] if i["Cause"] == "checkpoint-write"]
+    assert len(killed) == 1, [j[INTERRUPTIONS_FIELD] for j in jobs]
+    [(job, interruption)] = killed
+    assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason")
+    logs = emulator.workdir / "training" / job["TrainingJobName"] / "logs"
+    lost = (logs / f"attempt-{interruption['Attempt']}.log").read_text(encoding="utf-8")
+    torn = re.search(r"instance lost while writing (ckpt-\d{9}\.pt)", lost)
+    assert torn is not None, lost[-2000:]
+    after = (logs / f"attempt-{interruption['Attempt'] + 1}.log").read_text(encoding="utf-8")
+    assert f"{torn.group(1)} is unusable" in after, after[-2000:]
+
+
+def _nothing_more(finished: Finished) -> None:
+    """The fault's trace is the end state itself (the failure's error, the rule that found the issue)."""
+
+
 @pytest.mark.parametrize(
-    ("fault", "status", "error", "found_by"),
+    ("fault", "status", "error", "found_by", "fired"),
     [
-        ("import-fails", "FAILED", "ImportFailedError", set()),
-        ("resource-limit:2", "SUCCEEDED", None, set()),
-        ("kill-checkpoint-write", "SUCCEEDED", None, set()),
+        ("import-fails", "FAILED", "ImportFailedError", set(), _nothing_more),
+        ("resource-limit:2", "SUCCEEDED", None, set(), _the_tuning_job_met_the_injected_limit_twice),
+        (
+            "kill-checkpoint-write",
+            "SUCCEEDED",
+            None,
+            set(),
+            _a_trial_lost_its_instance_mid_write_and_skipped_the_torn_checkpoint,
+        ),
         # The planted slow loader, found by the rule that looks for it.
-        ("rule-finds-issues", "REJECTED", None, {"CPUBottleneck"}),
+        ("rule-finds-issues", "REJECTED", None, {"CPUBottleneck"}, _nothing_more),
     ],
     ids=["import-fails", "resource-limit", "kill-checkpoint-write", "rule-finds-issues"],
 )
 def test_an_injected_fault_ends_in_the_state_machines_state_with_the_lock_released(
-    tmp_path: Path, fault: str, status: str, error: str | None, found_by: set[str]
+    tmp_path: Path,
+    fault: str,
+    status: str,
+    error: str | None,
+    found_by: set[str],
+    fired: Callable[[Finished], None],
 ) -> None:
     with run_to_the_end(
         tmp_path / "state",
@@ -47,3 +93,4 @@ def test_an_injected_fault_ends_in_the_state_machines_state_with_the_lock_releas
         assert lock_holder(finished) is None
         found = {r["rule"] for r in finished.record.get("rule_results", []) if r["status"] == "IssuesFound"}
         assert found_by <= found, finished.record.get("rule_results")
+        fired(finished)

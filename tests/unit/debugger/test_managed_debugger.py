@@ -113,9 +113,8 @@ def test_the_mapping_the_command_prints_is_the_templates() -> None:
 
 
 def test_the_state_machines_managed_rules_match_the_configs() -> None:
+    # GIVEN the state machine, whose DebuggerMode=managed branch configures the final training job
     text = (REPO / "statemachine" / "training.asl.json").read_text()
-    if "DebugRuleConfigurations" not in text:
-        pytest.skip("the state machine has no DebuggerMode=managed branch yet")
     found: dict[str, Any] = {}
 
     def walk(node: Any) -> None:
@@ -134,7 +133,16 @@ def test_the_state_machines_managed_rules_match_the_configs() -> None:
             for value in node:
                 walk(value)
 
+    # WHEN its Debugger configurations are collected
     walk(json.loads(text))
+    # THEN all four are there (a state machine that lost its managed branch fails here), and they are
+    # the configurations `retrain` builds, with the rule image and the run's paths as parameters
+    assert sorted(found) == [
+        "DebugHookConfig",
+        "DebugRuleConfigurations",
+        "ProfilerConfig",
+        "ProfilerRuleConfigurations",
+    ]
     expected = managed_debugger.build_configs("us-east-1")
     for key in ("DebugRuleConfigurations", "ProfilerRuleConfigurations"):
         ours = [{k: v for k, v in r.items() if k != "RuleEvaluatorImage"} for r in expected[key]]  # type: ignore[literal-required]

@@ -8,22 +8,43 @@ import pytest
 from retrain_training import profiler
 
 
+def _sample_lines(directory: Path) -> int:
+    path = directory / profiler.SYSTEM_FILE
+    return len(path.read_text(encoding="utf-8").splitlines()) if path.is_file() else 0
+
+
 def test_profiler_writes_system_samples_and_step_timings(tmp_path: Path) -> None:
     # GIVEN a profiler sampling every 50 ms
     with profiler.SystemProfiler(tmp_path, interval_s=0.05) as prof:
-        # WHEN three steps are recorded over ~0.2 s
+        # WHEN three steps are recorded, and the profiler runs until its thread wrote two samples
         for step in range(3):
-            time.sleep(0.07)
             prof.step(step, data_wait_s=0.01 * step, compute_s=0.05)
+        deadline = time.monotonic() + 30  # a hang guard, not a speed requirement
+        while _sample_lines(tmp_path) < 2:
+            assert time.monotonic() < deadline, "the sampling thread wrote no two samples"
+            time.sleep(0.01)
 
-    # THEN the system file holds per-core CPU samples and the steps file one line per step
+    # THEN the system file holds those samples and the one taken on exit, each with per-core CPU
+    # figures, in time order, and the steps file one line per step
     profile = profiler.read_profile(tmp_path)
     assert len(profile.system) >= 3
-    sample = profile.system[0]
-    assert len(sample["cpu_percent"]) >= 1
-    assert {"iowait_percent", "memory_percent", "memory_used_mb", "gpus", "timestamp"} <= sample.keys()
+    for sample in profile.system:
+        assert len(sample["cpu_percent"]) >= 1
+        assert {"iowait_percent", "memory_percent", "memory_used_mb", "gpus", "timestamp"} <= sample.keys()
+    timestamps = [sample["timestamp"] for sample in profile.system]
+    assert timestamps == sorted(timestamps)
     assert [row["step"] for row in profile.steps] == [0, 1, 2]
     assert profile.steps[2]["data_wait_s"] == pytest.approx(0.02)
+    assert profile.steps[2]["compute_s"] == pytest.approx(0.05)
+
+
+def test_a_profiler_stopped_before_its_first_interval_leaves_one_sample(tmp_path: Path) -> None:
+    # GIVEN a profiler sampling every minute
+    # WHEN it is stopped at once
+    with profiler.SystemProfiler(tmp_path, interval_s=60):
+        pass
+    # THEN its thread took no sample, and the sample taken on exit is there
+    assert len(profiler.read_profile(tmp_path).system) == 1
 
 
 def test_profiler_appends_when_a_resumed_job_reopens_it(tmp_path: Path) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -420,18 +419,16 @@ def test_gate_reads_its_reports_from_a_bucket_known_only_at_run_time():
     assert reads and all(isinstance(c.params["Bucket"], Unknown) for c in reads)
 
 
-def test_every_handler_in_the_template_extracts_quickly():
+def test_every_handler_in_the_template_extracts_its_calls_once_each():
     # GIVEN every Handler of template.yaml
     assert len(TEMPLATE_HANDLERS) >= 11
 
     # WHEN all are extracted
-    started = time.perf_counter()
     found = {handler: handler_calls(FUNCTIONS, handler) for handler in TEMPLATE_HANDLERS}
-    elapsed = time.perf_counter() - started
 
-    # THEN each makes some call, without duplicates, and the whole takes well under the time of a test
+    # THEN each makes some call, each call listed once (how long the extraction takes is a benchmark's
+    # question, not a test's)
     for handler, calls in found.items():
         assert calls, handler
         keys = [(c.service, c.operation, frozenset(c.params.items()), c.where) for c in calls]
         assert len(keys) == len(set(keys)), handler
-    assert elapsed < 3.0

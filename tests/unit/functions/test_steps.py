@@ -476,17 +476,35 @@ def test_a_refused_api_request_is_explained_with_the_apis_message_and_what_to_do
 
 
 def test_the_recorded_failure_is_the_executions_error_and_cause(aws, config):
+    # GIVEN a running run whose final training job failed
+    runs.put_run(
+        {"dataset": "flowers", "run_id": "flowers-00001", "status": "RUNNING"},
+        table_name=aws.runs_table,
+        client=aws.dynamodb,
+    )
     state = {
+        "run": {"dataset": "flowers", "run_id": "flowers-00001"},
         "error": {
             "Error": "States.TaskFailed",
             "Cause": json.dumps({"TrainingJobName": "j", "FailureReason": "oom"}),
-        }
+        },
     }
+    # WHEN the catch-all records the failure
     result = record_failure.record_failure(
-        {"state": state, "input": {"dataset": "flowers"}}, config=config, dynamodb=aws.dynamodb
+        {"state": state, "input": {"dataset": "flowers"}, "execution_name": "flowers-00001"},
+        config=config,
+        dynamodb=aws.dynamodb,
     )
-    assert result["error"] == "TaskFailed"  # a Fail state may not report a States.* name
-    assert result["cause"] == "j failed: oom. See its logs under /aws/sagemaker/."
+    # THEN the run's record says why, and the execution ends with that error and cause
+    record = runs.get_run("flowers", "flowers-00001", table_name=aws.runs_table, client=aws.dynamodb)
+    assert result["recorded"] is True and record is not None and record["status"] == "FAILED"
+    assert record["failure"] == {
+        "error": "States.TaskFailed",
+        "cause": "j failed: oom. See its logs under /aws/sagemaker/.",
+    }
+    # (the error less the States. prefix, which a Fail state may not report)
+    assert result["error"] == "TaskFailed"
+    assert result["cause"] == record["failure"]["cause"]
 
 
 def _subscribe(aws) -> str:

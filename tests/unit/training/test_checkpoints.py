@@ -84,10 +84,27 @@ def test_rng_states_round_trip_through_a_checkpoint(tmp_path: Path) -> None:
 
 
 def test_sigterm_sets_the_flag_instead_of_killing_the_process() -> None:
-    with checkpoints.Interruption() as interruption:
+    # GIVEN a SIGTERM handler already installed (a bound method compares equal, never identical)
+    earlier: list[int] = []
+
+    def previous(signum: int, frame: object) -> None:
+        earlier.append(signum)
+
+    original = signal.signal(signal.SIGTERM, previous)
+    try:
+        # WHEN SIGTERM arrives inside the block
+        with checkpoints.Interruption() as interruption:
+            assert signal.getsignal(signal.SIGTERM) == interruption._handle
+            os.kill(os.getpid(), signal.SIGTERM)
+            # THEN the flag is set, the process lives on and the earlier handler was not called
+            assert interruption.requested
+            assert earlier == []
+        # AND after the block the earlier handler is back and handles the next SIGTERM
+        assert signal.getsignal(signal.SIGTERM) is previous
         os.kill(os.getpid(), signal.SIGTERM)
-        assert interruption.requested
-    assert signal.getsignal(signal.SIGTERM) is not interruption._handle
+        assert earlier == [signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGTERM, original)
 
 
 def test_a_background_write_holds_the_state_as_it_was_when_saved(tmp_path: Path) -> None:

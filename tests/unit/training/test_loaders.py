@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 
@@ -94,16 +93,25 @@ def test_loader_state_round_trips_and_refuses_other_data(samples: list[data.Samp
 
 
 def test_random_resized_crop_stays_inside_the_image_within_the_ranges() -> None:
+    # GIVEN a 40x30 image WHEN 200 crop boxes are drawn
     rng = np.random.default_rng(0)
+    areas, ratios = [], []
     for _ in range(200):
         left, top, right, bottom = augment.random_resized_crop_box(40, 30, rng)
+        # THEN each lies inside the image
         assert 0 <= left < right <= 40
         assert 0 <= top < bottom <= 30
-        area = (right - left) * (bottom - top) / (40 * 30)
-        ratio = (right - left) / (bottom - top)
-        assert area <= augment.CROP_SCALE[1] + 1e-9
-        assert ratio <= augment.CROP_RATIO[1] * 1.2 and ratio >= augment.CROP_RATIO[0] / 1.2
-        assert math.isfinite(area)
+        # AND its whole-pixel width and height round a box of an area in CROP_SCALE of the image's
+        # and an aspect ratio in CROP_RATIO (each side is off by at most half a pixel)
+        w, h = right - left, bottom - top
+        assert (w + 0.5) * (h + 0.5) >= augment.CROP_SCALE[0] * 40 * 30
+        assert (w - 0.5) / (h + 0.5) <= augment.CROP_RATIO[1]
+        assert (w + 0.5) / (h - 0.5) >= augment.CROP_RATIO[0]
+        areas.append(w * h / (40 * 30))
+        ratios.append(w / h)
+    # AND the boxes span those ranges: slivers and near-whole crops, tall and wide ones
+    assert min(areas) < 0.15 and max(areas) > 0.85
+    assert min(ratios) < 0.85 and max(ratios) > 1.2
 
 
 def test_eval_transform_center_crops_after_resizing_the_shorter_side() -> None:

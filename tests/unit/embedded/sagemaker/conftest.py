@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import psutil
 import pytest
 from moto import mock_aws
 
@@ -135,3 +136,19 @@ def wait_training(emulator: SageMakerEmulator, name: str, timeout: float = 60.0)
         f"training job {name}",
     )
     return emulator.describe_training_job(TrainingJobName=name)
+
+
+def container_processes() -> list[str]:
+    """This process's descendants that are job containers: `unshare ... container_init.py` and what it
+    started, zombies included (a zombie keeps its name, not its command line)."""
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            name, command = child.name(), " ".join(child.cmdline())
+        except psutil.ZombieProcess:
+            name, command = child.name(), "<zombie>"
+        except psutil.NoSuchProcess:
+            continue
+        if name == "unshare" or "container_init.py" in command:
+            found.append(f"{child.pid} {name}: {command}")
+    return found

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from typing import Any
@@ -74,13 +75,16 @@ def test_spot_job_bills_less_than_it_trains(
     put_images(aws["s3"], "data/train")
     emulator = make_emulator(spot=SpotSchedule(price_ratio=0.2))
 
-    # WHEN a spot job runs
-    emulator.create_training_job(**spot_request("spot-bill"))
+    # WHEN a spot job runs for some 7-8 s (long enough for whole seconds to tell 0.2 from 0.3 or 1)
+    emulator.create_training_job(**spot_request("spot-bill", **{"step-seconds": "0.5"}))
     job = wait_training(emulator, "spot-bill")
 
-    # THEN billable time is the running time at the spot price, so savings = 1 - billable/training > 0
-    assert job["TrainingJobStatus"] == "Completed"
-    assert 1 <= job["BillableTimeInSeconds"] < job["TrainingTimeInSeconds"]
+    # THEN billable time is its time on the instance at a fifth of the price, rounded up to a second
+    assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason")
+    on_instance = (job["TrainingEndTime"] - job["TrainingStartTime"]).total_seconds()
+    assert job["TrainingTimeInSeconds"] == math.ceil(on_instance)
+    assert job["BillableTimeInSeconds"] == max(1, math.ceil(on_instance * 0.2))
+    assert job["BillableTimeInSeconds"] < job["TrainingTimeInSeconds"]
 
 
 def test_max_wait_time_stops_a_job_still_waiting_for_capacity(

@@ -14,7 +14,7 @@ from botocore.exceptions import ClientError
 
 from retrain.embedded.sagemaker import SageMakerEmulator
 
-from .conftest import BUCKET, put_images, training_request, wait_training
+from .conftest import BUCKET, container_processes, put_images, training_request, wait_training
 
 
 def _tar_members(s3: Any, key: str) -> dict[str, bytes]:
@@ -133,13 +133,14 @@ def test_stop_training_job_ends_it_stopped(
 def test_max_runtime_stops_the_job_and_sigkills_a_container_that_ignores_sigterm(
     aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator]
 ) -> None:
-    # GIVEN a job longer than its MaxRuntimeInSeconds that ignores SIGTERM
+    # GIVEN a job longer than its MaxRuntimeInSeconds that ignores SIGTERM (from about 1 s in: the
+    # toolkit starts it; a SIGTERM before that would end it at once, with no SIGKILL needed)
     put_images(aws["s3"], "data/train")
     emulator = make_emulator(grace_seconds=0.5)
     request = training_request(
         "job-runtime",
         HyperParameters={"epochs": "100", "step-seconds": "0.1", "ignore-sigterm": "true"},
-        StoppingCondition={"MaxRuntimeInSeconds": 1},
+        StoppingCondition={"MaxRuntimeInSeconds": 3},
     )
 
     # WHEN it runs
@@ -149,6 +150,15 @@ def test_max_runtime_stops_the_job_and_sigkills_a_container_that_ignores_sigterm
     # THEN SageMaker's MaxRuntimeExceeded ends it Stopped
     assert job["TrainingJobStatus"] == "Stopped"
     assert job["SecondaryStatus"] == "MaxRuntimeExceeded"
+    # AND the container got SIGTERM, trained on, and was killed: it never ended on its own (400 steps
+    # of 0.1 s), and no process of it is left
+    log = (emulator.workdir / "training" / "job-runtime" / "logs" / "attempt-1.log").read_text()
+    _, sigterm, after = log.partition("SIGTERM received: ignored")
+    assert sigterm, f"the job was stopped before its program ignored SIGTERM: {log[-2000:]}"
+    assert re.search(r"step=\d+ train-loss", after), after
+    assert "finished at step" not in after and "interrupted at step" not in after
+    assert max(int(step) for step in re.findall(r"step=(\d+) train-loss", log)) < 400
+    assert container_processes() == []
 
 
 @pytest.mark.parametrize(

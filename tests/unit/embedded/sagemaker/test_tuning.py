@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from itertools import pairwise
 from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
 
+from retrain.embedded.faults import Faults
 from retrain.embedded.sagemaker import SageMakerEmulator
 
 from .conftest import put_images, training_request, wait_until
@@ -333,6 +335,29 @@ def test_stopping_a_tuning_job_stops_its_running_trials(
     assert sum(job["TrainingJobStatusCounters"].values()) == 2
 
 
+def test_trials_meet_an_injected_create_training_job_error_and_are_asked_again(
+    aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator]
+) -> None:
+    # GIVEN the fault that makes CreateTrainingJob answer ResourceLimitExceeded twice
+    put_images(aws["s3"], "data/train")
+    faults = Faults.parse(["resource-limit:2"])
+    emulator = make_emulator(faults=faults)
+
+    # WHEN a tuning job creates its one trial
+    emulator.create_hyper_parameter_tuning_job(
+        **tuning_request("limited", strategy="Random", jobs=1, parallel=1)
+    )
+    job = wait_tuning(emulator, "limited")
+
+    # THEN its CreateTrainingJob calls met the injected error, both times, and the third made the trial
+    assert job["HyperParameterTuningJobStatus"] == "Completed", job.get("FailureReason")
+    assert job["TrainingJobStatusCounters"]["Completed"] == 1
+    refused = emulator._tuning["limited"]["LastLaunchError"]
+    assert "(ResourceLimitExceeded) when calling the CreateTrainingJob operation" in refused
+    assert "'ml.g5.xlarge for spot training job usage' is 1 Instances" in refused
+    assert faults.create_training_job_error("after") is None  # the fault fired its two times
+
+
 def test_trials_wait_for_account_capacity_instead_of_failing(
     aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator]
 ) -> None:
@@ -346,14 +371,17 @@ def test_trials_wait_for_account_capacity_instead_of_failing(
     )
     job = wait_tuning(emulator, "capacity")
 
-    # THEN the trials that met ResourceLimitExceeded started later: three trials, all completed
+    # THEN all three trials completed, one after another, never two at once
     assert job["HyperParameterTuningJobStatus"] == "Completed", job.get("FailureReason")
     assert job["TrainingJobStatusCounters"]["Completed"] == 3
     trials = emulator.list_training_jobs_for_hyper_parameter_tuning_job(
         HyperParameterTuningJobName="capacity"
-    )
-    assert sorted(t["TrainingJobName"][:12] for t in trials["TrainingJobSummaries"]) == [
-        "capacity-001",
-        "capacity-002",
-        "capacity-003",
-    ]
+    )["TrainingJobSummaries"]
+    runs = sorted((t["TrainingStartTime"], t["TrainingEndTime"], t["TrainingJobName"][:12]) for t in trials)
+    assert [name for _, _, name in runs] == ["capacity-001", "capacity-002", "capacity-003"]
+    for (_, ended, before), (started, _, after) in pairwise(runs):
+        assert started >= ended, f"{after} started at {started}, before {before} ended at {ended}"
+    # AND the tuning job did ask for a second trial while one ran, and met ResourceLimitExceeded
+    refused = emulator._tuning["capacity"]["LastLaunchError"]
+    assert "(ResourceLimitExceeded) when calling the CreateTrainingJob operation" in refused
+    assert "'Number of concurrent training jobs' is 1 jobs, with current utilization of 1 jobs" in refused

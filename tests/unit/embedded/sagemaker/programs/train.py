@@ -24,6 +24,10 @@ def request_stop(signum: int, frame: object) -> None:
     STOP["requested"] = True
 
 
+def ignore_stop(signum: int, frame: object) -> None:
+    print("SIGTERM received: ignored", flush=True)
+
+
 def save(directory: Path, step: int) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     tmp = directory / f".tmp-{step}"
@@ -54,8 +58,8 @@ def main() -> int:
     parser.add_argument("--ignore-sigterm", default="false")
     args, unknown = parser.parse_known_args()
     paths = contract.resolve_paths()
-    if args.ignore_sigterm == "true":
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if args.ignore_sigterm.lower() == "true":  # says so, and trains on until SIGKILL
+        signal.signal(signal.SIGTERM, ignore_stop)
     if args.fail:
         contract.write_failure(paths, f"ValueError: {args.fail}")
         print("training failed", flush=True)
