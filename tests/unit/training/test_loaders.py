@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -126,51 +125,75 @@ def test_eval_transform_center_crops_after_resizing_the_shorter_side() -> None:
     torch.testing.assert_close(tensor[:, 28, 28], white)
 
 
-def test_the_delay_fault_knob_sleeps_per_batch(samples: list[data.Sample]) -> None:
-    # GIVEN inject-loader-delay-ms of 200 WHEN an epoch of 3 batches is read THEN it takes at least 0.6 s
-    started = time.perf_counter()
+class FakeClock:
+    """The planted delay's clock: time moves only when the code sleeps or the test says a step took long;
+    the sleeps asked for are recorded (what the delay decided, not how long the machine took)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.sleeps: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+    def step(self, seconds: float) -> None:
+        """The consumer's work between two batches."""
+        self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    fake = FakeClock()
+    monkeypatch.setattr(batching, "time", fake)
+    return fake
+
+
+def test_the_delay_fault_knob_sleeps_per_batch(samples: list[data.Sample], clock: FakeClock) -> None:
+    # GIVEN inject-loader-delay-ms of 200 WHEN an epoch of 3 batches is read THEN each batch slept 0.2 s
     assert len(list(build(samples, delay_ms=200).epoch(0))) == 3
-    assert time.perf_counter() - started >= 0.6
+    assert clock.sleeps == pytest.approx([0.2, 0.2, 0.2])
 
 
-def test_the_planted_delay_outlasts_a_slow_consumer_so_data_wait_dominates_every_step() -> None:
+def test_the_planted_delay_outlasts_a_slow_consumer_so_data_wait_dominates_every_step(
+    clock: FakeClock,
+) -> None:
     # GIVEN a 10 ms planted delay and a consumer whose step takes 100 ms
     delay = batching.PlantedDelay(10)
     delay.wait()
-    time.sleep(0.1)
-    # WHEN the next batch is fetched
-    started = time.perf_counter()
+    clock.step(0.1)
+    # WHEN the next batch is fetched THEN the loader waits DOMINANCE x the step, not just the 10 ms
     delay.wait()
-    # THEN the loader waited at least DOMINANCE x the step, not just the 10 ms
-    assert time.perf_counter() - started >= batching.PlantedDelay.DOMINANCE * 0.1
+    assert clock.sleeps == pytest.approx([0.01, batching.PlantedDelay.DOMINANCE * 0.1])
     # AND across an epoch boundary the last step's length still rules, while the time spent between
     # epochs (evaluation) is not taken for a step
     delay.start_epoch()
-    time.sleep(0.5)
-    started = time.perf_counter()
+    clock.step(0.5)
     delay.wait()
-    waited = time.perf_counter() - started
-    assert batching.PlantedDelay.DOMINANCE * 0.1 <= waited < batching.PlantedDelay.DOMINANCE * 0.5
+    assert clock.sleeps[-1] == pytest.approx(batching.PlantedDelay.DOMINANCE * 0.1)
 
 
 def test_a_resumed_loader_starves_its_first_step_with_the_steps_the_checkpoint_saw(
-    samples: list[data.Sample],
+    samples: list[data.Sample], clock: FakeClock
 ) -> None:
-    # GIVEN a delayed loader whose consumer took ~100 ms steps, checkpointed mid-epoch
+    # GIVEN a delayed loader whose consumer took 100 ms steps, checkpointed mid-epoch
     first = build(samples, delay_ms=10)
     batches = first.epoch(0)
     next(batches)
-    time.sleep(0.1)
+    clock.step(0.1)
     next(batches)
     state = first.state_dict()
-    assert len(state["planted_recent_steps_s"]) == 1
+    assert state["planted_recent_steps_s"] == pytest.approx([0.1])
     # WHEN a new process (a spot resume) loads that state and reads its first batch
     resumed = build(samples, delay_ms=10)
     resumed.load_state_dict(state)
-    started = time.perf_counter()
+    clock.sleeps.clear()
     next(resumed.epoch(state["epoch"], start_batch=state["next_batch"]))
     # THEN that batch waited DOMINANCE x the saved step, not the plain 10 ms
-    assert time.perf_counter() - started >= batching.PlantedDelay.DOMINANCE * 0.1
+    assert clock.sleeps == pytest.approx([batching.PlantedDelay.DOMINANCE * 0.1])
 
 
 def test_a_loader_without_a_planted_delay_keeps_its_state_as_before(samples: list[data.Sample]) -> None:
