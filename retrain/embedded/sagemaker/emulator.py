@@ -192,17 +192,7 @@ class SageMakerEmulator:
         operation = "ListProcessingJobs"
         listing.check_request(operation, request)
         summaries = [responses.processing_summary(r) for _, r in self.jobs.snapshots("processing")]
-        ordered = listing.sort(
-            _filtered(summaries, request, "Processing"),
-            request,
-            _job_sort("Processing"),
-            "CreationTime",
-            _by_name("Processing"),
-        )
-        result: dict[str, Any] = responses.aware(
-            listing.page(ordered, "ProcessingJobSummaries", request, operation)
-        )
-        return result
+        return _job_page(operation, request, "Processing", summaries, default_sort="CreationTime")
 
     # -- tuning jobs -------------------------------------------------------------------------------
 
@@ -246,17 +236,7 @@ class SageMakerEmulator:
             responses.tuning_summary(name, record, self._trial_summaries(name))
             for name, record in self.jobs.snapshots("tuning")
         ]
-        ordered = listing.sort(
-            _filtered(summaries, request, "HyperParameterTuning"),
-            request,
-            _job_sort("HyperParameterTuning"),
-            "Name",
-            _by_name("HyperParameterTuning"),
-        )
-        result: dict[str, Any] = responses.aware(
-            listing.page(ordered, "HyperParameterTuningJobSummaries", request, operation)
-        )
-        return result
+        return _job_page(operation, request, "HyperParameterTuning", summaries, default_sort="Name")
 
     def list_training_jobs_for_hyper_parameter_tuning_job(self, **request: Any) -> dict[str, Any]:
         operation = "ListTrainingJobsForHyperParameterTuningJob"
@@ -348,6 +328,17 @@ def _filtered(summaries: list[dict[str, Any]], request: dict[str, Any], kind: st
         and _equals(s[f"{kind}JobStatus"], request.get("StatusEquals"))
         and times.keep(s["CreationTime"], s["LastModifiedTime"])
     ]
+
+
+def _job_page(
+    operation: str, request: dict[str, Any], kind: str, summaries: list[dict[str, Any]], *, default_sort: str
+) -> dict[str, Any]:
+    """A List<kind>Jobs answer: the summaries filtered, sorted and cut into the requested page."""
+    ordered = listing.sort(
+        _filtered(summaries, request, kind), request, _job_sort(kind), default_sort, _by_name(kind)
+    )
+    result: dict[str, Any] = responses.aware(listing.page(ordered, f"{kind}JobSummaries", request, operation))
+    return result
 
 
 def _sorted_trials(summaries: list[dict[str, Any]], request: dict[str, Any]) -> list[dict[str, Any]]:
