@@ -24,7 +24,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -32,6 +32,7 @@ from typing import Final
 
 from retrain.embedded.sagemaker import container_init
 from retrain.embedded.sagemaker.image import SYSTEM_PATH, ContainerImage
+from retrain_contract import container as contract
 
 UNSHARE: Final = "unshare"
 # This machine's pip configuration, which the image does not have (its find-links and local indexes
@@ -68,6 +69,27 @@ def container_environment(image: ContainerImage, *layers: Mapping[str, str]) -> 
         env.update(layer)
     env["PATH"] = os.pathsep.join([str(image.interpreter.parent), env["PATH"]])
     return env
+
+
+def job_spec(
+    image: ContainerImage,
+    argv: list[str],
+    opt_ml: Path,
+    *,
+    network_isolation: bool,
+    layers: Sequence[Mapping[str, str]] = (),
+) -> ContainerSpec:
+    """A job's container of `image`: on its one host, in the image's working directory, its
+    interpreter copy-on-write, its environment the image's then `layers` (see container_environment)."""
+    return ContainerSpec(
+        argv=argv,
+        env=container_environment(image, *layers),
+        opt_ml=opt_ml,
+        workdir=image.workdir,
+        network_isolation=network_isolation,
+        hosts=(contract.DEFAULT_HOST,),
+        copy_on_write=image.environment,
+    )
 
 
 @cache

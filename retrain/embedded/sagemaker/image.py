@@ -19,7 +19,7 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -82,6 +82,15 @@ class ContainerImage:
             raise ImageError("the image has neither ENTRYPOINT nor CMD, and the job gives no command")
         return command
 
+    def job_command(
+        self, entrypoint: Sequence[object], arguments: Sequence[object], default: list[str] | None = None
+    ) -> list[str]:
+        """What SageMaker runs for a job: its ContainerEntrypoint in place of the image's ENTRYPOINT, its
+        ContainerArguments in place of CMD, else `default` (`train` for a training job) or CMD."""
+        given = [str(part) for part in entrypoint]
+        words = [str(part) for part in arguments]
+        return [*given, *words] if given else self.command(words or default)
+
 
 def build_image(
     root: Path,
@@ -91,7 +100,7 @@ def build_image(
     build_args: Mapping[str, str] | None = None,
 ) -> ContainerImage:
     """Read `dockerfile` (a build with `context`) and lay out its COPY files under `root`; the image's
-    Python is an environment of `requirements` (image_env.py)."""
+    Python is an environment of `requirements` (`image_environment`)."""
     # The base image's own ENV is not known here: a `${PATH}` in ENV extends the usual system PATH.
     parser = DockerfileParser(
         path=str(dockerfile), build_args=dict(build_args or {}), parent_env={"PATH": SYSTEM_PATH}

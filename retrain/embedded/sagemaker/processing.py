@@ -11,8 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from retrain.embedded.sagemaker.container import Container, ContainerSpec, container_environment
-from retrain.embedded.sagemaker.image import ContainerImage
+from retrain.embedded.sagemaker.container import Container, ContainerSpec, job_spec
 from retrain.embedded.sagemaker.logs import PROCESSING_LOG_GROUP, LogShipper, log_stream_name
 from retrain.embedded.sagemaker.s3io import S3Uri, download_manifest, download_prefix, upload_tree
 from retrain.embedded.sagemaker.training import (
@@ -27,16 +26,6 @@ from retrain.embedded.sagemaker.training import (
 from retrain_contract import container as contract
 
 DEFAULT_MAX_RUNTIME = 86400
-
-
-def processing_command(app: dict[str, Any], image: ContainerImage) -> list[str]:
-    """AppSpecification's ContainerEntrypoint and ContainerArguments, or the image's ENTRYPOINT with
-    the arguments (which replace its CMD)."""
-    entrypoint = [str(part) for part in app.get("ContainerEntrypoint") or []]
-    arguments = [str(part) for part in app.get("ContainerArguments") or []]
-    if entrypoint:
-        return [*entrypoint, *arguments]
-    return image.command(arguments or None)
 
 
 class ProcessingRun:
@@ -130,21 +119,18 @@ class ProcessingRun:
 
     def _container_spec(self) -> ContainerSpec:
         image = self.ctx.built_image
+        app = self.request["AppSpecification"]
         network = self.request.get("NetworkConfig") or {}
-        environment = container_environment(
+        return job_spec(
             image,
-            {"AWS_REGION": self.ctx.region},
-            self.ctx.thread_environment(),
-            {k: str(v) for k, v in (self.request.get("Environment") or {}).items()},
-        )
-        return ContainerSpec(
-            argv=processing_command(self.request["AppSpecification"], image),
-            env=environment,
-            opt_ml=self.base,
-            workdir=image.workdir,
+            image.job_command(app.get("ContainerEntrypoint") or [], app.get("ContainerArguments") or []),
+            self.base,
             network_isolation=bool(network.get("EnableNetworkIsolation")),
-            hosts=(contract.DEFAULT_HOST,),
-            copy_on_write=image.environment,
+            layers=(
+                {"AWS_REGION": self.ctx.region},
+                self.ctx.thread_environment(),
+                {k: str(v) for k, v in (self.request.get("Environment") or {}).items()},
+            ),
         )
 
     def _execute(self, start: float) -> str | None:

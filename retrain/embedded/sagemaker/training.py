@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from retrain.embedded.account import REGION
 from retrain.embedded.s3files import InputCache
 from retrain.embedded.sagemaker import debugger
-from retrain.embedded.sagemaker.container import Container, ContainerSpec, container_environment
+from retrain.embedded.sagemaker.container import Container, ContainerSpec, job_spec
 from retrain.embedded.sagemaker.image import ContainerImage
 from retrain.embedded.sagemaker.logs import (
     TRAINING_LOG_GROUP,
@@ -529,23 +529,21 @@ class TrainingRun:
         """The image's ENTRYPOINT with `train`, or the job's ContainerEntrypoint and ContainerArguments."""
         image = self.ctx.built_image
         algorithm = self.request["AlgorithmSpecification"]
-        entrypoint = [str(part) for part in algorithm.get("ContainerEntrypoint") or []]
-        arguments = [str(part) for part in algorithm.get("ContainerArguments") or []]
-        argv = [*entrypoint, *arguments] if entrypoint else image.command(arguments or [TRAIN_ARGUMENT])
-        environment = container_environment(
-            image,
-            self._sagemaker_environment(),
-            self.ctx.thread_environment(),
-            self.request.get("Environment") or {},
+        argv = image.job_command(
+            algorithm.get("ContainerEntrypoint") or [],
+            algorithm.get("ContainerArguments") or [],
+            default=[TRAIN_ARGUMENT],
         )
-        return ContainerSpec(
-            argv=argv,
-            env=environment,
-            opt_ml=self.tree["base"],
-            workdir=image.workdir,
+        return job_spec(
+            image,
+            argv,
+            self.tree["base"],
             network_isolation=bool(self.request.get("EnableNetworkIsolation")),
-            hosts=(contract.DEFAULT_HOST,),
-            copy_on_write=image.environment,
+            layers=(
+                self._sagemaker_environment(),
+                self.ctx.thread_environment(),
+                self.request.get("Environment") or {},
+            ),
         )
 
     def _attempt(self, attempt: int, resumed_step: int | None) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from retrain.embedded.sagemaker.container import Container, ContainerSpec, container_environment
+from retrain.embedded.sagemaker.container import Container, job_spec
 from retrain.embedded.sagemaker.image import ContainerImage, DockerIgnore, ImageError, build_image
 from retrain_contract import container as contract
 
@@ -40,14 +40,8 @@ def run(
     opt_ml = tmp_path / "opt" / "ml"
     opt_ml.mkdir(parents=True, exist_ok=True)
     image.install(opt_ml)
-    spec = ContainerSpec(
-        argv=["python", "-c", textwrap.dedent(code)],
-        env=container_environment(image, env or {}),
-        opt_ml=opt_ml,
-        workdir=image.workdir,
-        network_isolation=isolated,
-        hosts=(contract.DEFAULT_HOST,),
-        copy_on_write=image.environment,
+    spec = job_spec(
+        image, ["python", "-c", textwrap.dedent(code)], opt_ml, network_isolation=isolated, layers=[env or {}]
     )
     container = Container(spec, tmp_path / "container")
     try:
@@ -272,12 +266,7 @@ def started(image: ContainerImage, tmp_path: Path, code: str, ready: str) -> Ite
     """A container of the image running `python -c code`, once it created /opt/ml/<ready>."""
     opt_ml = tmp_path / "opt" / "ml"
     opt_ml.mkdir(parents=True)
-    spec = ContainerSpec(
-        argv=["python", "-c", code],
-        env=container_environment(image),
-        opt_ml=opt_ml,
-        copy_on_write=image.environment,
-    )
+    spec = job_spec(image, ["python", "-c", code], opt_ml, network_isolation=True)
     container = Container(spec, tmp_path / "container")
     try:
         deadline = time.time() + 30
