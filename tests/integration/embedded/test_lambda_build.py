@@ -101,19 +101,30 @@ def test_a_function_importing_a_package_missing_from_requirements_txt_fails_its_
     assert control.value.error == "ConfigurationError"
 
 
+def one_function(source: Path, answer: str) -> dict[str, Any]:
+    """A template of one function, `source` (a folder beside it) returning `answer`."""
+    source.mkdir()
+    (source / "app.py").write_text(f"def handler(event, context):\n    return {answer!r}\n")
+    return {
+        "Globals": {"Function": {"Runtime": RUNTIME, "CodeUri": f"{source.name}/"}},
+        "Resources": {"Fn": {"Type": "AWS::Serverless::Function", "Properties": {"Handler": "app.handler"}}},
+    }
+
+
+def count_builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """One entry per `sam build` the build module runs (each still runs for real)."""
+    builds: list[int] = []
+    sam_build = build._sam_build
+    monkeypatch.setattr(build, "_sam_build", lambda *args: (builds.append(1), sam_build(*args))[1])
+    return builds
+
+
 def test_a_changed_source_is_built_again_and_an_unchanged_one_is_not(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     source = tmp_path / "fn"
-    source.mkdir()
-    (source / "app.py").write_text("def handler(event, context):\n    return 'first'\n")
-    template = {
-        "Globals": {"Function": {"Runtime": RUNTIME, "CodeUri": "fn/"}},
-        "Resources": {"Fn": {"Type": "AWS::Serverless::Function", "Properties": {"Handler": "app.handler"}}},
-    }
-    builds: list[int] = []
-    sam_build = build._sam_build
-    monkeypatch.setattr(build, "_sam_build", lambda *args: (builds.append(1), sam_build(*args))[1])
+    template = one_function(source, "first")
+    builds = count_builds(monkeypatch)
     root = tmp_path / "builds"
 
     first = build_functions(template, tmp_path, root=root)["Fn"]
@@ -132,15 +143,8 @@ def test_a_changed_source_is_built_again_and_an_unchanged_one_is_not(
 def test_builds_of_one_root_at_once_wait_for_each_other_and_build_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "fn").mkdir()
-    (tmp_path / "fn" / "app.py").write_text("def handler(event, context):\n    return 'ok'\n")
-    template = {
-        "Globals": {"Function": {"Runtime": RUNTIME, "CodeUri": "fn/"}},
-        "Resources": {"Fn": {"Type": "AWS::Serverless::Function", "Properties": {"Handler": "app.handler"}}},
-    }
-    builds: list[int] = []
-    sam_build = build._sam_build
-    monkeypatch.setattr(build, "_sam_build", lambda *args: (builds.append(1), sam_build(*args))[1])
+    template = one_function(tmp_path / "fn", "ok")
+    builds = count_builds(monkeypatch)
     results: list[FunctionBuild] = []
 
     threads = [
