@@ -216,8 +216,8 @@ class FsxEmulator:
             self._tasks[task_id] = task
             self._save()
         thread = threading.Thread(target=self._run_import, args=(task_id,), name=f"fsx-{task_id}")
-        self._threads.append(thread)
         thread.start()
+        self._threads.append(thread)  # once started: `wait` may run meanwhile and joins only these
         return {"DataRepositoryTask": _as_response(task)}
 
     def describe_data_repository_tasks(self, **request: Any) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from retrain.embedded.faults import Faults
+from retrain.embedded.fsx import emulator as emulator_module
 from retrain.embedded.fsx.api import install_api
 from retrain.embedded.fsx.emulator import IMPORT_TASK, FsxEmulator
 
@@ -197,3 +199,31 @@ def test_a_path_no_association_covers_fails_the_task(tmp_path: Path, s3: Any) ->
     task = _wait(fsx, _import(fsx, fs_id, Paths=["elsewhere/x"]))
 
     assert task["Lifecycle"] == "FAILED"
+
+
+def test_a_shutdown_while_a_task_is_being_started_does_not_crash(
+    tmp_path: Path, s3: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a task whose thread has been made but not started yet (a request in flight at shutdown)
+    fsx = FsxEmulator(tmp_path, s3_client=s3)
+    fs = _file_system(fsx)
+    made, release = threading.Event(), threading.Event()
+
+    class HeldThread(threading.Thread):
+        def start(self) -> None:
+            made.set()
+            release.wait(30)
+            super().start()
+
+    creating = threading.Thread(target=_import, args=(fsx, fs["FileSystemId"]))
+    monkeypatch.setattr(emulator_module.threading, "Thread", HeldThread)
+    creating.start()
+    assert made.wait(30)
+
+    # WHEN the stack waits for its tasks meanwhile THEN it returns (there is no started task to join)
+    try:
+        fsx.wait(timeout=1)
+    finally:
+        release.set()
+        creating.join(30)
+    fsx.wait()
