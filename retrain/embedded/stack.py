@@ -181,6 +181,16 @@ class EmbeddedStack:
             )
         return self._role_clients[role_arn]
 
+    def _role_environment(self, role_arn: str) -> dict[str, str]:
+        """A job's process calls AWS as its execution role, through the gated endpoint."""
+        key, secret = self.gatekeeper.credentials(role_arn)
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_ACCESS_KEY_ID": key,
+            "AWS_SECRET_ACCESS_KEY": secret,
+            "AWS_DEFAULT_REGION": REGION,
+        }
+
     # -- lifetime
     def start(self, *, read_only: bool = False) -> str:
         """Start everything; the endpoint URL to give boto3 (AWS_ENDPOINT_URL).
@@ -300,6 +310,7 @@ class EmbeddedStack:
             faults=self.faults,
             spot=self.spot if self.spot is not None else SpotSchedule(),
             role_session=self._role_session,
+            role_environment=self._role_environment,
             keep_instance_files=False,
             input_cache=InputCache(self.state_dir / "sagemaker" / "input-cache"),
             processing_slots=NewestFirstSlots(os.cpu_count() or 1),

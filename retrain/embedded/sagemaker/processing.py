@@ -128,6 +128,7 @@ class ProcessingRun:
             network_isolation=bool(network.get("EnableNetworkIsolation")),
             layers=(
                 {"AWS_REGION": self.ctx.region},
+                self.ctx.aws_environment(),
                 self.ctx.thread_environment(),
                 {k: str(v) for k, v in (self.request.get("Environment") or {}).items()},
             ),

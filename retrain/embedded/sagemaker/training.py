@@ -79,6 +79,11 @@ class JobContext:
     faults: SageMakerFaults = field(default_factory=NoFaults)
     grace_seconds: float | None = None
     role_session: RoleSession | None = None
+    # What a job's process needs to call AWS as its execution role (as SageMaker's credentials endpoint
+    # gives it): the role's keys and the endpoint to send requests to. Only a job without network
+    # isolation reaches the endpoint; an isolated one has loopback only (container.py).
+    role_environment: Callable[[str], dict[str, str]] | None = None
+    role_arn: str = ""
     # Whether a job's instance files (/opt/ml: the downloaded channels, the model and output directories,
     # the local checkpoints; the archives it uploaded) stay on disk after the job ends. SageMaker discards
     # the instance; its model, output and checkpoints are in S3 and its logs in CloudWatch Logs. The
@@ -119,7 +124,15 @@ class JobContext:
         if self.role_session is None or not role_arn:
             return self
         s3, logs = self.role_session(role_arn, image)
-        return dataclasses.replace(self, s3=s3, logs=logs if self.logs is not None else None)
+        return dataclasses.replace(
+            self, s3=s3, logs=logs if self.logs is not None else None, role_arn=role_arn
+        )
+
+    def aws_environment(self) -> dict[str, str]:
+        """The job's AWS credentials and endpoint (none without a role or outside the embedded stack)."""
+        if self.role_environment is None or not self.role_arn:
+            return {}
+        return self.role_environment(self.role_arn)
 
 
 @dataclass
@@ -541,6 +554,7 @@ class TrainingRun:
             network_isolation=bool(self.request.get("EnableNetworkIsolation")),
             layers=(
                 self._sagemaker_environment(),
+                self.ctx.aws_environment(),
                 self.ctx.thread_environment(),
                 self.request.get("Environment") or {},
             ),
