@@ -253,6 +253,9 @@ def collect(
     logs = deployment.client("logs")
     gate = record.get("gate")
     failure = record.get("failure")
+    # per-label counts live in S3 (the record holds their URI), so that no record grows with the labels
+    counts_uri = record.get("class_counts_uri")
+    counts: dict[str, Any] = (read_json_object(s3, counts_uri, "") if counts_uri else None) or {}
     facts = RunFacts(
         run_id=record["run_id"],
         dataset=record["dataset"],
@@ -280,8 +283,8 @@ def collect(
         gate_reason="" if gate is None else gate["reason"],
         model_package=record.get("model_package_arn", ""),
         class_balance=dict(record.get("class_balance", {})),
-        class_counts={label: dict(c) for label, c in record.get("class_counts", {}).items()},
-        excluded_labels=dict(record.get("excluded_labels", {})),
+        class_counts={label: dict(c) for label, c in counts.get("class_counts", {}).items()},
+        excluded_labels=dict(counts.get("excluded_labels") or record.get("excluded_labels", {})),
         started_from={k: str(v) for k, v in record.get("started_from", {}).items()},
         unreadable=[
             Rejected(str(item["key"]), str(item["reason"]), "unreadable")

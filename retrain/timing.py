@@ -24,6 +24,9 @@ PREPARE, IMPORT, TUNING, FINAL, RULES, EVALUATION, GATE, FINISH = (
 )
 STATE_PHASES: Final[Mapping[str, str]] = {
     "Prepare the run": PREPARE,
+    "Freeze the manifest": PREPARE,
+    "Back off before the freeze": PREPARE,
+    "Read the frozen manifest": PREPARE,
     "Import new images": IMPORT,
     "Wait for the import": IMPORT,
     "Check the import": IMPORT,

@@ -24,6 +24,7 @@ PROGRAM_ENV = "SAGEMAKER_PROGRAM"
 PROGRAM = "train.py"
 EVALUATE_PROGRAM = "evaluate.py"
 RULE_CHECK_PROGRAM = "rule_check.py"
+FREEZE_PROGRAM = "freeze.py"
 
 MODEL_DIR_ENV = "SM_MODEL_DIR"
 OUTPUT_DATA_DIR_ENV = "SM_OUTPUT_DATA_DIR"
@@ -336,6 +337,17 @@ RULE_CHECK_INPUT = "training-output"
 RULE_CHECK_OUTPUT = "output"
 RULE_CHECK_INPUT_DIR = f"{PROCESSING_DIR}/input"
 RULE_CHECK_TRAINING_DIR = f"{RULE_CHECK_INPUT_DIR}/training"
+# ... and of the job that freezes a run's manifest from the ledger: the manifest channel's file, and
+# what the control plane reads back (a summary of bounded size; labels and class counts as files).
+FREEZE_MANIFEST_OUTPUT = "manifest"
+FREEZE_MANIFEST_DIR = f"{PROCESSING_DIR}/manifest"
+FREEZE_FROZEN_OUTPUT = "frozen"
+FREEZE_FROZEN_DIR = f"{PROCESSING_DIR}/frozen"
+FROZEN_SUMMARY_FILE = "summary.json"
+FROZEN_LABELS_FILE = "labels.json"  # ["label", ...], sorted
+FROZEN_CLASS_COUNTS_FILE = "class_counts.json"  # {"class_counts": {...}, "excluded_labels": {...}}
+FROZEN_NEW_LABELS_MAX = 100  # the summary lists new labels up to this many (FSx import takes 100 paths)
+FROZEN_EXCLUDED_SAMPLE = 20  # and names this many labels set aside (the file has them all)
 
 
 def entrypoint(program: str) -> list[str]:
@@ -395,6 +407,14 @@ class RuleCheckSpec(TypedDict):
     output_dir: str
 
 
+class FreezeSpec(TypedDict):
+    entrypoint: list[str]
+    manifest_output: str
+    manifest_dir: str
+    frozen_output: str
+    frozen_dir: str
+
+
 class StateMachineSpec(TypedDict):
     """`$.run.container`: the contract as the state machine's job requests need it."""
 
@@ -406,6 +426,7 @@ class StateMachineSpec(TypedDict):
     channels: Channels
     evaluation: EvaluationSpec
     rule_check: RuleCheckSpec
+    freeze: FreezeSpec
 
 
 def state_machine_spec(*, system_rule_patience: int) -> StateMachineSpec:
@@ -434,5 +455,12 @@ def state_machine_spec(*, system_rule_patience: int) -> StateMachineSpec:
             "training_dir": RULE_CHECK_TRAINING_DIR,
             "output": RULE_CHECK_OUTPUT,
             "output_dir": PROCESSING_OUTPUT_DIR,
+        },
+        "freeze": {
+            "entrypoint": entrypoint(FREEZE_PROGRAM),
+            "manifest_output": FREEZE_MANIFEST_OUTPUT,
+            "manifest_dir": FREEZE_MANIFEST_DIR,
+            "frozen_output": FREEZE_FROZEN_OUTPUT,
+            "frozen_dir": FREEZE_FROZEN_DIR,
         },
     }

@@ -100,6 +100,7 @@ class Jobs(TypedDict):
     rules: str
     challenger: str
     champion: str
+    freeze: str
 
 
 class Vpc(TypedDict):
@@ -134,7 +135,13 @@ class Run(TypedDict):
     run_id: str
     trigger: str
     jobs: Jobs
-    labels: list[str]
+    # the manifest: uploads recorded before `cut` (new from `trained_through` on), frozen by a job whose
+    # summary (in frozen_s3_uri, with labels.json and class_counts.json) fills in the figures
+    cut: str
+    trained_through: str
+    freeze_arguments: list[str]
+    frozen_s3_uri: str
+    label_count: int
     manifest_size: int
     new_images: int
     # FSx for Lustre: whether and what to import before training

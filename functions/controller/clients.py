@@ -16,6 +16,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any, cast
 
 import boto3
+from botocore.config import Config
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -48,10 +49,31 @@ def _client(service: str, where: _Where) -> Any:
 def reset() -> None:
     """Forget every client (the next call of each accessor makes a new one)."""
     _client.cache_clear()
+    _ledger_writer.cache_clear()
 
 
 def dynamodb() -> DynamoDBClient:
     return cast("DynamoDBClient", _client("dynamodb", _where()))
+
+
+# Ingest's ledger writes give up within retrain_contract.ledger.RECORD_PUT_BOUND_SECONDS (two attempts
+# of at most 1 s to connect and 3 s to answer, and standard mode's backoff of at most 1 s between them),
+# so a row stamped with `recorded_at` is readable, or never written, that long after; the freezing job
+# relies on it.
+LEDGER_WRITES = Config(
+    connect_timeout=1, read_timeout=3, retries={"mode": "standard", "total_max_attempts": 2}
+)
+
+
+@cache
+def _ledger_writer(where: _Where) -> Any:
+    del where
+    return boto3.client("dynamodb", config=LEDGER_WRITES)
+
+
+def ledger_writer() -> DynamoDBClient:
+    """The DynamoDB client whose writes of a ledger row end within RECORD_PUT_BOUND_SECONDS."""
+    return cast("DynamoDBClient", _ledger_writer(_where()))
 
 
 def s3() -> S3Client:

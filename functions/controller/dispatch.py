@@ -34,11 +34,15 @@ def due_reason(stats: ledger.PendingStats, policy: DispatchPolicy, now: datetime
         return None
     waited = (now - parse_time(stats.oldest)).total_seconds()
     if waited >= policy.max_wait_seconds:
-        return f"the oldest of {stats.count} pending images waited {waited:.0f}s (MaxWaitSeconds)"
+        return f"the oldest of {_count(stats)} pending images waited {waited:.0f}s (MaxWaitSeconds)"
     quiet = (now - parse_time(stats.newest)).total_seconds()
     if stats.count >= policy.min_new_images and quiet >= policy.quiet_period_seconds:
-        return f"{stats.count} pending images and no upload for {quiet:.0f}s"
+        return f"{_count(stats)} pending images and no upload for {quiet:.0f}s"
     return None
+
+
+def _count(stats: ledger.PendingStats) -> str:
+    return f"{stats.count}{' or more' if stats.at_least else ''}"
 
 
 @dataclass(frozen=True)
@@ -96,10 +100,16 @@ def consider(
         return Outcome(
             dataset, "not-due", None, f"the last run failed; automatic runs resume at {not_before}"
         )
-    stats = ledger.pending_stats(dataset, table_name=config.ledger_table, client=dynamodb)
+    stats = ledger.pending_stats(
+        dataset,
+        str(state.get(names.TRAINED_THROUGH, "")),
+        limit=config.policy.min_new_images,
+        table_name=config.ledger_table,
+        client=dynamodb,
+    )
     reason = due_reason(stats, config.policy, now)
     if reason is None:
-        return Outcome(dataset, "not-due", None, f"{stats.count} pending images")
+        return Outcome(dataset, "not-due", None, f"{_count(stats)} pending images")
     at = now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     run_id = datasets.acquire(dataset, None, at, table_name=config.datasets_table, client=dynamodb)
     if run_id is None:

@@ -1,13 +1,14 @@
-"""The last step of a completed run (accepted or rejected): mark its images trained, record the outcome,
-release the data set's lock, and start the next run at once if uploads that came meanwhile are due."""
+"""The last step of a completed run (accepted or rejected): record the outcome, move the data set's
+watermark to the run's cut (its images are no longer new), release the lock, and start the next run at
+once if uploads that came meanwhile are due. Its work is the same for ten images or ten million: no row
+of the ledger is rewritten (retrain_contract.ledger)."""
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from controller import clients, datasets, dispatch, ledger, names, notes, runs
+from controller import clients, datasets, dispatch, names, notes, runs
 from controller.best_candidate import seconds
 from controller.config import Config, get_config
 from controller.observability import logger, metrics, tracer
@@ -16,32 +17,8 @@ from retrain_contract import container
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
     from mypy_boto3_dynamodb import DynamoDBClient
-    from mypy_boto3_s3 import S3Client
     from mypy_boto3_sagemaker import SageMakerClient
     from mypy_boto3_stepfunctions import SFNClient
-
-
-def frozen_objects(dataset: str, run_id: str, *, config: Config, s3: S3Client) -> list[dict[str, Any]]:
-    body = s3.get_object(Bucket=config.artifact_bucket, Key=names.objects_key(dataset, run_id))["Body"].read()
-    return [json.loads(line) for line in body.decode().splitlines() if line.strip()]
-
-
-def mark_trained(dataset: str, run_id: str, *, config: Config, dynamodb: DynamoDBClient, s3: S3Client) -> int:
-    """Mark the run's new images trained (held, those of a label the run set aside); a key re-uploaded
-    since the freeze stays pending."""
-    marked = 0
-    for obj in frozen_objects(dataset, run_id, config=config, s3=s3):
-        if obj.get("new") and ledger.mark_trained(
-            dataset,
-            obj["key"],
-            obj["sequencer"],
-            run_id,
-            table_name=config.ledger_table,
-            client=dynamodb,
-            held=bool(obj.get("held")),
-        ):
-            marked += 0 if obj.get("held") else 1
-    return marked
 
 
 def time_totals(
@@ -66,7 +43,6 @@ def finalize(
     *,
     config: Config,
     dynamodb: DynamoDBClient,
-    s3: S3Client,
     sagemaker: SageMakerClient,
     sfn: SFNClient | None,
     now: datetime | None = None,
@@ -78,7 +54,6 @@ def finalize(
     moment = now or datetime.now(UTC)
     at = moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     accepted = decision["decision"] == "accepted"
-    marked = mark_trained(dataset, run_id, config=config, dynamodb=dynamodb, s3=s3)
     record = runs.get_run(dataset, run_id, table_name=config.runs_table, client=dynamodb)
     if model.get("final"):
         run = {**run, "final_training_job": model.get("training_job")}
@@ -92,7 +67,12 @@ def finalize(
     if import_task:
         fields["import_task"] = import_task
     runs.update_run(dataset, run_id, fields, table_name=config.runs_table, client=dynamodb)
-    updates: dict[str, Any] = {"last_run": run_id, "last_run_status": fields["status"]}
+    # the watermark: uploads recorded before the run's cut are trained (or set aside) from now on
+    updates: dict[str, Any] = {
+        "last_run": run_id,
+        "last_run_status": fields["status"],
+        names.TRAINED_THROUGH: str(run["cut"]),
+    }
     if accepted:
         updates["champion"] = {
             "model_data": str(model.get("model_data", "")),
@@ -115,7 +95,7 @@ def finalize(
     lines = [
         f"Run {run_id} of data set {dataset}: model {verdict}.",
         f"Reason: {decision['reason']}.",
-        f"Images: {run.get('manifest_size')} ({run.get('new_images')} new); marked trained: {marked}.",
+        f"Images: {run.get('manifest_size')} ({run.get('new_images')} new), {run.get('label_count')} labels.",
     ]
     if registered.get("model_package_arn"):
         lines.append(f"Model package: {registered['model_package_arn']}")
@@ -140,7 +120,6 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         event,
         config=get_config(),
         dynamodb=clients.dynamodb(),
-        s3=clients.s3(),
         sagemaker=clients.sagemaker(),
         sfn=clients.sfn(),
     )

@@ -11,6 +11,7 @@ dropped, a bad upload is recorded as rejected. Nothing here deletes, moves or re
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -44,8 +45,15 @@ class Tally:
 class Ingestor:
     """Records the notices of one batch; `record_handler` is what BatchProcessor calls per message."""
 
-    def __init__(self, config: Config, dynamodb: DynamoDBClient, s3: S3Client | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        dynamodb: DynamoDBClient,
+        s3: S3Client | None = None,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
         self.config = config
+        self.clock = clock or (lambda: datetime.now(UTC))
         self.dynamodb = dynamodb
         self.s3 = s3
         self.tally = Tally()
@@ -92,7 +100,7 @@ class Ingestor:
             verdict,
             table_name=self.config.ledger_table,
             client=self.dynamodb,
-            recorded_at=ledger.now_iso(),
+            recorded_at=ledger.iso(self.clock()),  # just before the put: see retrain_contract.ledger
         )
         if not written:
             self.tally.duplicates += 1
@@ -187,9 +195,11 @@ def ingest(
     s3: S3Client | None = None,
     now: datetime | None = None,
     context: LambdaContext | None = None,
+    clock: Callable[[], datetime] | None = None,
 ) -> dict[str, Any]:
-    """Process one SQS batch; returns the partial-batch response ({"batchItemFailures": [...]})."""
-    ingestor = Ingestor(config, dynamodb, s3)
+    """Process one SQS batch; returns the partial-batch response ({"batchItemFailures": [...]}).
+    `clock` stamps each row's recorded_at (tests give a fixed one)."""
+    ingestor = Ingestor(config, dynamodb, s3, clock)
     processor = BatchProcessor(event_type=EventType.SQS)
     response = process_partial_response(
         event=event, record_handler=ingestor.record_handler, processor=processor, context=context
@@ -218,7 +228,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return ingest(
         event,
         config=get_config(),
-        dynamodb=clients.dynamodb(),
+        dynamodb=clients.ledger_writer(),  # its row writes end within a bound (retrain_contract.ledger)
         sfn=clients.sfn(),
         s3=clients.s3(),
         context=context,

@@ -1,8 +1,10 @@
 """The upload ledger: one DynamoDB row per object, written idempotently and in per-key order.
 
 A row is written only when its notice is newer than the row (by the S3 sequencer), so a duplicate or
-late delivery changes nothing. Pending rows carry the sparse index key that lists a data set's
-pending uploads by upload time, which is what the dispatcher debounces on.
+late delivery changes nothing. Accepted rows carry the sparse index key that lists a data set's accepted
+uploads by the time they were recorded; those from the data set's watermark on (the cut of its last
+completed run, retrain_contract.ledger) are pending, which is what the dispatcher debounces on. A run
+never rewrites rows: its end moves the watermark.
 """
 
 from __future__ import annotations
@@ -21,8 +23,13 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 
+def iso(moment: datetime) -> str:
+    """The ledger's time format: UTC, microseconds, "Z" (strings that sort as times)."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def now_iso() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return iso(datetime.now(UTC))
 
 
 def record(
@@ -38,11 +45,12 @@ def record(
         "etag": notice.etag,
         "version_id": notice.version_id,
         "sequencer": notice.sequencer,
-        names.LEDGER_PENDING_SK: notice.event_time or recorded_at,
+        names.LEDGER_PENDING_SK: recorded_at,
         "recorded_at": recorded_at,
+        "event_time": notice.event_time,
     }
     if verdict.accepted:
-        row["state"] = names.STATE_PENDING
+        row["state"] = names.STATE_ACCEPTED
         row[names.LEDGER_PENDING_PK] = verdict.dataset
     else:
         row["state"] = names.STATE_REJECTED
@@ -63,23 +71,39 @@ def record(
 
 @dataclass(frozen=True)
 class PendingStats:
-    count: int
-    oldest: str | None  # upload time of the oldest pending row
+    count: int  # pending uploads, counted up to the limit asked for
+    oldest: str | None  # when the oldest pending upload was recorded
     newest: str | None
+    at_least: bool = False  # the count reached the limit: there may be more
 
 
-def pending_stats(dataset: str, *, table_name: str, client: DynamoDBClient) -> PendingStats:
-    """How many uploads of `dataset` wait for a run, and the first and last upload times."""
+def pending_stats(
+    dataset: str, trained_through: str, *, limit: int, table_name: str, client: DynamoDBClient
+) -> PendingStats:
+    """How many uploads of `dataset` wait for a run (recorded from the watermark on), counted up to
+    `limit`, and the first and last recording times: three queries that read at most `limit` index keys
+    however many uploads wait."""
+    values: dict[str, Any] = {":dataset": dataset}
+    condition = "#pk = :dataset"
+    if trained_through:  # a key condition takes no empty string: no watermark yet, every row waits
+        values[":through"] = trained_through
+        condition += " AND #at >= :through"
     base: dict[str, Any] = {
         "TableName": table_name,
         "IndexName": names.LEDGER_PENDING_INDEX,
-        "KeyConditionExpression": "#pk = :dataset",
+        "KeyConditionExpression": condition,
         "ExpressionAttributeNames": {"#pk": names.LEDGER_PENDING_PK},
-        "ExpressionAttributeValues": serialize({":dataset": dataset}),
+        "ExpressionAttributeValues": serialize(values),
     }
-    count = 0
-    for page in client.get_paginator("query").paginate(**base, Select="COUNT"):
-        count += page["Count"]
+    if trained_through:
+        base["ExpressionAttributeNames"]["#at"] = names.LEDGER_PENDING_SK
+    count, more = 0, True
+    page: dict[str, Any] = {}
+    while more and count < limit:  # a page ends at 1 MB read, or at the keys still to count
+        start = {"ExclusiveStartKey": page["LastEvaluatedKey"]} if "LastEvaluatedKey" in page else {}
+        page = dict(client.query(**base, **start, Select="COUNT", Limit=limit - count))
+        count += int(page["Count"])
+        more = "LastEvaluatedKey" in page
     if count == 0:
         return PendingStats(0, None, None)
 
@@ -87,7 +111,7 @@ def pending_stats(dataset: str, *, table_name: str, client: DynamoDBClient) -> P
         items = client.query(**base, ScanIndexForward=forward, Limit=1)["Items"]
         return str(deserialize(items[0])[names.LEDGER_PENDING_SK])
 
-    return PendingStats(count, edge(True), edge(False))
+    return PendingStats(count, edge(True), edge(False), at_least=more)
 
 
 def rows(
@@ -199,40 +223,3 @@ def mark_removed(
     except client.exceptions.ConditionalCheckFailedException:
         return None
     return deserialize(response["Attributes"])
-
-
-def mark_trained(
-    dataset: str,
-    key: str,
-    sequencer: str,
-    run_id: str,
-    *,
-    table_name: str,
-    client: DynamoDBClient,
-    held: bool = False,
-) -> bool:
-    """Mark a row trained by `run_id` (or `held`: its label was set aside), unless a newer upload of the
-    key arrived since the manifest froze. Either way it no longer waits for a run."""
-    by = "held_by" if held else "trained_by"
-    try:
-        client.update_item(
-            TableName=table_name,
-            Key=serialize({names.LEDGER_PK: dataset, names.LEDGER_SK: key}),
-            UpdateExpression=f"SET #state = :trained, {by} = :run REMOVE #pending",
-            ConditionExpression="#seq = :seq",
-            ExpressionAttributeNames={
-                "#state": "state",
-                "#seq": "sequencer",
-                "#pending": names.LEDGER_PENDING_PK,
-            },
-            ExpressionAttributeValues=serialize(
-                {
-                    ":trained": names.STATE_HELD if held else names.STATE_TRAINED,
-                    ":run": run_id,
-                    ":seq": sequencer,
-                }
-            ),
-        )
-    except client.exceptions.ConditionalCheckFailedException:
-        return False
-    return True

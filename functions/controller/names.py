@@ -11,7 +11,7 @@ import hashlib
 import re
 from typing import Final
 
-from retrain_contract import container
+from retrain_contract import container, ledger
 
 # --- Uploads: s3://<DataBucket>/data/<dataset>/<label>/<image> -------------------------------------
 DATA_PREFIX: Final = "data/"
@@ -41,7 +41,7 @@ RUNS_PREFIX: Final = "runs/"
 PRETRAINED_PREFIX: Final = "pretrained/"  # weights `retrain pretrained upload` puts in the artifact bucket
 CHECKPOINTS_PREFIX: Final = "checkpoints/"
 MANIFEST_DIR: Final = "manifest"
-OBJECTS_FILE: Final = "objects.jsonl"  # the frozen ledger rows of a run (key, version, sequencer, ...)
+FROZEN_DIR: Final = "frozen"  # what the freezing job says of a run's manifest (summary, labels, counts)
 # FSx writes an import task's completion report inside the file system's linked data repository
 # (s3://<DataBucket>/data/), so reports live under a prefix no data set name can take ('_' first).
 FSX_REPORTS_PREFIX: Final = f"{DATA_PREFIX}_fsx-reports/"
@@ -75,8 +75,9 @@ def manifest_prefix(dataset: str, run_id: str) -> str:
     return f"{run_prefix(dataset, run_id)}{MANIFEST_DIR}/"
 
 
-def objects_key(dataset: str, run_id: str) -> str:
-    return f"{run_prefix(dataset, run_id)}{OBJECTS_FILE}"
+def frozen_prefix(dataset: str, run_id: str) -> str:
+    """Where the freezing job writes summary.json, labels.json and class_counts.json."""
+    return f"{run_prefix(dataset, run_id)}{FROZEN_DIR}/"
 
 
 def output_prefix(dataset: str, run_id: str) -> str:
@@ -108,20 +109,18 @@ CHECKPOINT_KEY_RE: Final = re.compile(
 )
 
 # --- DynamoDB --------------------------------------------------------------------------------------
-# Ledger: one row per uploaded object. PK dataset, SK key. Pending rows also carry PENDING_INDEX_PK so
-# the sparse index lists a dataset's pending uploads by upload time.
-LEDGER_PK: Final = "dataset"
-LEDGER_SK: Final = "key"
-LEDGER_PENDING_INDEX: Final = "pending-by-upload-time"
-LEDGER_PENDING_PK: Final = "pending_dataset"
-LEDGER_PENDING_SK: Final = "uploaded_at"
+# Ledger: one row per uploaded object (retrain_contract.ledger, which the freezing job reads too).
+LEDGER_PK: Final = ledger.PK
+LEDGER_SK: Final = ledger.SK
+LEDGER_PENDING_INDEX: Final = ledger.ACCEPTED_INDEX
+LEDGER_PENDING_PK: Final = ledger.ACCEPTED_INDEX_PK
+LEDGER_PENDING_SK: Final = ledger.ACCEPTED_INDEX_SK
 
-STATE_PENDING: Final = "pending"
-STATE_REJECTED: Final = "rejected"
-STATE_TRAINED: Final = "trained"
-STATE_REMOVED: Final = "removed"  # the object was deleted from the bucket: no longer trained on
-STATE_HELD: Final = "held"  # its label has too few images to train yet: every run looks at it again
-FROZEN_STATES: Final = (STATE_PENDING, STATE_TRAINED, STATE_HELD)  # what a run's manifest considers
+STATE_ACCEPTED: Final = ledger.STATE_ACCEPTED
+STATE_REJECTED: Final = ledger.STATE_REJECTED
+STATE_REMOVED: Final = ledger.STATE_REMOVED
+# The data set's watermark: the cut of its last completed run (uploads recorded from it on are new).
+TRAINED_THROUGH: Final = "trained_through"
 
 # Why an upload was rejected (rows carry it as "problem"; the report and `retrain status` group by it).
 PROBLEM_LAYOUT: Final = "layout"  # key, label or extension
@@ -131,7 +130,7 @@ PROBLEM_CONFLICT: Final = "conflict"  # the same bytes under another label
 
 # Claim rows in the ledger: which key first brought a content (ETag and size) into a data set. Their sort
 # key starts with '#', which no upload key does (those start with data/).
-LEDGER_CONTENT_PREFIX: Final = "#content/"
+LEDGER_CONTENT_PREFIX: Final = ledger.CONTENT_PREFIX
 
 
 def content_claim_key(etag: str, size: int) -> str:

@@ -46,16 +46,22 @@ def data_lines(record: Mapping[str, Any] | None, *, bucket: str) -> list[str]:
     excluded = record.get("excluded_labels") or {}
     if excluded:
         said = "; ".join(f"{label}: {why}" for label, why in sorted(excluded.items()))
-        lines.append(f"Labels set aside from this run: {said}.")
+        total = int(record.get("excluded_label_count") or len(excluded))
+        more = (
+            f" and {total - len(excluded)} more (all in {record.get('class_counts_uri')})"
+            if total > len(excluded)
+            else ""
+        )
+        lines.append(f"Labels set aside from this run ({total}): {said}{more}.")
     unreadable = record.get("unreadable_images") or []
     if unreadable:
         lines.append(f"Images training could not decode: {len(unreadable)} (the report lists them).")
-    counts = record.get("class_counts") or {}
     policy = record.get("class_balance") or {}
-    if counts and policy.get("mode", "none") != "none":
-        before = ", ".join(f"{label} {int(c['train'])}" for label, c in sorted(counts.items()))
-        after = ", ".join(f"{label} {int(c['train_lines'])}" for label, c in sorted(counts.items()))
-        lines.append(f"Training images per class ({policy['mode']}): {before} -> lines {after}.")
+    if record.get("class_counts_uri") and policy.get("mode", "none") != "none":
+        lines.append(
+            f"Classes balanced ({policy['mode']}) over {record.get('label_count')} labels: training images "
+            f"and lines per class in {record['class_counts_uri']}."
+        )
     if lines:
         report = names.report_uri(bucket, str(record["dataset"]), str(record["run_id"]))
         lines.append(f"Report: `retrain report {record['run_id']}` (published to {report}).")

@@ -1,25 +1,29 @@
-"""The state machine's first step: validate the run request, hold the data set's lock, freeze the manifest.
+"""The state machine's first step: validate the run request, hold the data set's lock, plan the run.
 
 The execution input is a run request (controller/run_request.py has its schema and an example).
 The execution name becomes the run id. The result is the run context every later state reads ($.run).
+Prepare's work does not grow with the data set: it fixes the run's cut (uploads recorded before it are
+the run's), and the next state, a SageMaker Processing job (training_image/retrain_training/freeze.py),
+freezes the manifest from the ledger; `frozen.py` then reads its summary into the run.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from controller import balance, clients, datasets, ledger, names, runs
+from controller import clients, datasets, names, runs
 from controller.config import Config, get_config
-from controller.errors import ConfigurationError, DatasetBusyError, InvalidRunInputError, NotEnoughDataError
+from controller.errors import ConfigurationError, DatasetBusyError, InvalidRunInputError
 from controller.observability import logger, tracer
 from controller.run_request import parse_request
-from retrain_contract import container
+from retrain_contract import balance, container
 from retrain_contract.run import (
     START_CHAMPION,
     START_PRETRAINED,
@@ -38,9 +42,6 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_s3 import S3Client
 
-MIN_LABELS = 2
-MAX_IMPORT_PATHS = 100  # CreateDataRepositoryTask's limit on Paths
-
 
 def job_names(dataset: str, execution_arn: str) -> Jobs:
     """SageMaker job names of a run: unique per execution, within SageMaker's limits (tuning: 32)."""
@@ -51,6 +52,7 @@ def job_names(dataset: str, execution_arn: str) -> Jobs:
         "rules": f"{stem}-rules",
         "challenger": f"{stem}-eval-new",
         "champion": f"{stem}-eval-champion",
+        "freeze": f"{stem}-freeze",
     }
 
 
@@ -109,82 +111,6 @@ def balance_policy(settings: RunSettings, hyperparameters: dict[str, str]) -> ba
         small_labels=settings["small_labels"],
         val_fraction=float(hyperparameters.get(container.HP_VAL_FRACTION, container.VAL_FRACTION_DEFAULT)),
     )
-
-
-def freeze_manifest(
-    dataset: str,
-    run_id: str,
-    *,
-    config: Config,
-    dynamodb: DynamoDBClient,
-    s3: S3Client,
-    policy: balance.Policy | None = None,
-) -> dict[str, Any]:
-    """Write the exact images of this run (manifest channel) and their ledger identities; return a summary."""
-    frozen: list[dict[str, Any]] = []
-    rejected: dict[str, int] = {}  # uploads refused and still in the bucket, by problem
-    for row in ledger.rows(dataset, table_name=config.ledger_table, client=dynamodb):
-        if row.get("state") in names.FROZEN_STATES:
-            frozen.append(row)
-        elif row.get("state") == names.STATE_REJECTED:
-            problem = str(row.get("problem", names.PROBLEM_LAYOUT))
-            rejected[problem] = rejected.get(problem, 0) + 1
-    prefix = names.dataset_prefix(dataset)
-    planned = balance.plan(
-        ((str(row[names.LEDGER_SK])[len(prefix) :], str(row["label"])) for row in frozen),
-        policy or balance.Policy(),
-    )
-    labels = sorted(planned.counts)
-    if len(labels) < MIN_LABELS:
-        excluded = "".join(f"; {label}: {why}" for label, why in planned.excluded.items())
-        folders = len(labels) + len(planned.excluded)
-        raise NotEnoughDataError(
-            f"data set {dataset!r} has {len(frozen)} accepted images in {folders} label folder(s), "
-            f"{len(labels)} of them trainable {labels}{excluded}; a classifier needs at least {MIN_LABELS}. "
-            f"Upload images to s3://{config.data_bucket}/{prefix}<label>/<image>."
-        )
-    manifest = "".join(
-        json.dumps(
-            {
-                container.MANIFEST_PATH_KEY: path,
-                container.MANIFEST_LABEL_KEY: label,
-                container.MANIFEST_SPLIT_KEY: split,
-            }
-        )
-        + "\n"
-        for path, label, split in planned.lines
-    )
-    objects = "".join(
-        json.dumps(
-            {
-                "key": row[names.LEDGER_SK],
-                "label": row["label"],
-                "sequencer": row["sequencer"],
-                "version_id": row.get("version_id", ""),
-                "etag": row.get("etag", ""),
-                "size": row.get("size", 0),
-                "new": row.get("state") == names.STATE_PENDING,
-                "held": str(row["label"]) in planned.excluded,
-            }
-        )
-        + "\n"
-        for row in frozen
-    )
-    manifest_key = names.manifest_prefix(dataset, run_id) + container.MANIFEST_FILE
-    s3.put_object(Bucket=config.artifact_bucket, Key=manifest_key, Body=manifest.encode())
-    s3.put_object(
-        Bucket=config.artifact_bucket, Key=names.objects_key(dataset, run_id), Body=objects.encode()
-    )
-    trained = [row for row in frozen if str(row["label"]) in planned.counts]
-    new_labels = sorted({str(row["label"]) for row in trained if row.get("state") == names.STATE_PENDING})
-    return {
-        "size": len(trained),
-        "new": sum(1 for row in trained if row.get("state") == names.STATE_PENDING),
-        "labels": labels,
-        "new_labels": new_labels,
-        "rejected_uploads": dict(sorted(rejected.items())),
-        **planned.record(),
-    }
 
 
 def take_lock(
@@ -444,6 +370,7 @@ def artifact_uris(bucket: str, dataset: str, run_id: str) -> dict[str, str]:
         "rules_s3_uri": artifact + names.rules_prefix(dataset, run_id),
         "challenger_s3_uri": artifact + names.evaluation_prefix(dataset, run_id, "challenger"),
         "champion_s3_uri": artifact + names.evaluation_prefix(dataset, run_id, "champion"),
+        "frozen_s3_uri": artifact + names.frozen_prefix(dataset, run_id),
     }
 
 
@@ -458,8 +385,10 @@ class Context:
     settings: RunSettings
     fixed: dict[str, str] | None  # fixed hyperparameters: train once with them, no tuning
     start_from: str | None  # what the request asked the run to start from
-    state: dict[str, Any]  # the data set's row (champion, last tuning job)
-    summary: dict[str, Any]  # freeze_manifest's
+    state: dict[str, Any]  # the data set's row (champion, last tuning job, watermark)
+    cut: str  # uploads recorded before it are the run's
+    policy: balance.Policy
+    region: str
 
 
 def build_run(ctx: Context, config: Config) -> Run:
@@ -484,13 +413,18 @@ def build_run(ctx: Context, config: Config) -> Run:
         "run_id": run_id,
         "trigger": ctx.trigger,
         "jobs": job_names(dataset, ctx.execution_arn),
-        "labels": ctx.summary["labels"],
-        "manifest_size": ctx.summary["size"],
-        "new_images": ctx.summary["new"],
+        # the manifest's figures: the freezing job's summary fills them in (frozen.py)
+        "cut": ctx.cut,
+        "trained_through": str(ctx.state.get(names.TRAINED_THROUGH, "")),
+        "freeze_arguments": freeze_arguments(ctx, config),
+        "frozen_s3_uri": uris["frozen_s3_uri"],
+        "label_count": 0,
+        "manifest_size": 0,
+        "new_images": 0,
         "data_source": settings["data_source"],
-        "import_needed": settings["data_source"] == "fsx" and ctx.summary["new"] > 0,
+        "import_needed": False,
         "file_system_id": settings["file_system_id"],
-        "import_paths": import_paths(data_prefix, ctx.summary["new_labels"]),
+        "import_paths": [],
         "import_token": names.import_token(ctx.execution_arn),
         "import_report_path": f"s3://{config.data_bucket}/{names.fsx_report_prefix(dataset, run_id)}",
         "import_poll_seconds": settings["import_poll_seconds"],
@@ -533,25 +467,33 @@ def build_run(ctx: Context, config: Config) -> Run:
     }
 
 
-def record_prepared(
-    run: Run, ctx: Context, policy: balance.Policy, at: str, *, config: Config, dynamodb: DynamoDBClient
-) -> None:
-    summary = ctx.summary
+def freeze_arguments(ctx: Context, config: Config) -> list[str]:
+    """The freezing job's arguments (training_image/retrain_training/freeze.py)."""
+    arguments = [
+        "--table",
+        config.ledger_table,
+        "--dataset",
+        ctx.dataset,
+        "--cut",
+        ctx.cut,
+        "--trained-through",
+        str(ctx.state.get(names.TRAINED_THROUGH, "")),
+        "--policy",
+        json.dumps(asdict(ctx.policy), sort_keys=True),
+    ]
+    return arguments + (["--region", ctx.region] if ctx.region else [])
+
+
+def record_prepared(run: Run, ctx: Context, at: str, *, config: Config, dynamodb: DynamoDBClient) -> None:
     runs.update_run(
         ctx.dataset,
         ctx.run_id,
         {
             "execution_arn": ctx.execution_arn,
             "updated_at": at,
-            "manifest_uri": run["manifest_s3_uri"] + container.MANIFEST_FILE,
-            "manifest_size": summary["size"],
-            "new_images": summary["new"],
-            "labels": summary["labels"],
+            "cut": ctx.cut,
             "data_source": run["data_source"],
-            "class_balance": policy.record(),
-            "class_counts": summary["class_counts"],
-            "excluded_labels": summary["excluded_labels"],
-            "rejected_uploads": summary["rejected_uploads"],
+            "class_balance": ctx.policy.record(),
             "started_from": dict(run["start"]),
         },
         table_name=config.runs_table,
@@ -567,7 +509,7 @@ def prepare(
     s3: S3Client,
     now: datetime | None = None,
 ) -> PrepareResult:
-    """Check the request, hold the lock, open the run record, freeze the manifest: the run context."""
+    """Check the request, hold the lock, open the run record, fix the cut: the run context."""
     execution_name = str(event.get("execution_name", ""))
     execution_arn = str(event.get("execution_arn", execution_name))
     request = parse_request(event.get("input"))
@@ -586,25 +528,28 @@ def prepare(
     given = request.overrides.get("hyperparameters")
     fixed = {k: _hp(v) for k, v in given.items()} if given is not None else None
     policy = balance_policy(settings, fixed or {})
-    summary = freeze_manifest(dataset, run_id, config=config, dynamodb=dynamodb, s3=s3, policy=policy)
     # naming weights in the request means starting from them
     named = START_PRETRAINED if request.overrides.get("pretrained_model_uri") else None
     start_from = request.overrides.get("start_from", named)
+    region = os.environ.get("AWS_REGION", "")
     ctx = Context(
-        dataset, run_id, execution_arn, request.trigger, settings, fixed, start_from, state, summary
+        dataset,
+        run_id,
+        execution_arn,
+        request.trigger,
+        settings,
+        fixed,
+        start_from,
+        state,
+        at,
+        policy,
+        region,
     )
     run = build_run(ctx, config)
     check_start_weights(run["start"], s3)
-    record_prepared(run, ctx, policy, at, config=config, dynamodb=dynamodb)
-    logger.info("run prepared", extra={"dataset": dataset, "run_id": run_id, "images": summary["size"]})
+    record_prepared(run, ctx, at, config=config, dynamodb=dynamodb)
+    logger.info("run prepared", extra={"dataset": dataset, "run_id": run_id, "cut": at})
     return {"run": run, "import": {"task_id": "", "polls": 0}, "api_retry": {"count": 0, "wait": 0}}
-
-
-def import_paths(data_prefix: str, new_labels: list[str]) -> list[str]:
-    """The label prefixes that received images (FSx takes at most 100 paths; beyond, the data set)."""
-    if len(new_labels) > MAX_IMPORT_PATHS:
-        return [data_prefix]
-    return [f"{data_prefix}{label}/" for label in new_labels]
 
 
 def _hp(value: str | int | float | bool) -> str:

@@ -25,9 +25,9 @@ from typing import Any, Final
 
 from aws_lambda_powertools.utilities.validation import SchemaValidationError, validate
 
-from controller import balance, names
+from controller import names
 from controller.errors import InvalidRunInputError
-from retrain_contract import container
+from retrain_contract import balance, container
 from retrain_contract.run import STARTS
 
 TRIGGERS: Final = ("schedule", "upload", "manual")

@@ -69,14 +69,21 @@ class RunRecord(TypedDict, total=False):
     created_at: str  # ISO 8601, UTC
     updated_at: str
     finished_at: str
+    cut: str  # uploads recorded before it are the run's (ISO 8601, UTC)
     manifest_uri: str
     manifest_size: int
     new_images: int
-    labels: list[str]
+    # Per-label facts live in S3 (frozen_s3_uri: labels.json, class_counts.json), so that no record
+    # grows with the labels; the record keeps their number and a sample.
+    label_count: int
+    labels_uri: str  # ["label", ...]
+    class_counts_uri: (
+        str  # {"class_counts": {label: {images, validation, train, train_lines}}, "excluded_labels"}
+    )
     data_source: str  # fsx | s3
     class_balance: dict[str, str | int | float]  # the manifest's policy (balance.Policy.record)
-    class_counts: dict[str, dict[str, int]]  # per label: images, validation, train, train_lines
-    excluded_labels: dict[str, str]  # label -> why it was set aside
+    excluded_label_count: int
+    excluded_labels: dict[str, str]  # label -> why it was set aside (the first FROZEN_EXCLUDED_SAMPLE)
     started_from: dict[str, str]  # lineage: kind (champion|pretrained|scratch), uri, package arn, reason
     rejected_uploads: dict[str, int]  # refused uploads still in the bucket, by problem (names.PROBLEM_*)
     unreadable_images: list[dict[str, str]]  # {"key", "reason"}: what training could not decode

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -17,7 +18,7 @@ import yaml
 from controller import dispatch, finalize, ingest, ledger, prepare
 from retrain.embedded.events import s3_notices
 from tests.unit.functions import images
-from tests.unit.functions.support import Aws, make_config, moto_aws, sqs_event
+from tests.unit.functions.support import Aws, freeze_run, make_config, moto_aws, sqs_event
 
 pytestmark = pytest.mark.integration
 
@@ -91,7 +92,7 @@ def test_an_upload_reaches_the_ledger_through_eventbridge_and_the_queue(aws: Aws
     [row] = ledger.rows("flowers", table_name=aws.ledger_table, client=aws.dynamodb)
     assert (row["key"], row["state"], row["size"]) == (
         "data/flowers/daisy/my photo.jpg",
-        "pending",
+        "accepted",
         len(photo),
     )
     assert row["sequencer"] and row["etag"]
@@ -122,7 +123,7 @@ def test_a_direct_s3_to_sqs_notification_is_decoded(aws: Aws) -> None:
     # THEN the test event S3 sends is ignored, and the image is recorded under its real key
     assert response == {"batchItemFailures": []}
     [row] = ledger.rows("flowers", table_name=aws.ledger_table, client=aws.dynamodb)
-    assert (row["key"], row["state"]) == ("data/flowers/tulip/été 1+1.png", "pending")
+    assert (row["key"], row["state"]) == ("data/flowers/tulip/été 1+1.png", "accepted")
 
 
 def test_an_upload_during_a_run_goes_to_the_next_run(aws: Aws, events_dir: Path) -> None:
@@ -132,15 +133,21 @@ def test_an_upload_during_a_run_goes_to_the_next_run(aws: Aws, events_dir: Path)
 
     def upload(key: str, at: datetime, sequencer: str) -> None:
         body = object_created(events_dir, key, time=at.strftime("%Y-%m-%dT%H:%M:%SZ"), sequencer=sequencer)
-        ingest.ingest(sqs_event([body]), config=config, dynamodb=aws.dynamodb)
+        ingest.ingest(sqs_event([body]), config=config, dynamodb=aws.dynamodb, clock=lambda: at)
 
-    def prepared(run_id: str) -> dict[str, Any]:
+    def prepared(run_id: str, at: datetime) -> dict[str, Any]:
+        """Prepare at `at` (the run's cut), then the freezing job and Read the frozen manifest."""
         event = {
             "input": {"dataset": "flowers", "run_id": run_id, "trigger": "schedule"},
             "execution_name": run_id,
             "execution_arn": f"arn:{run_id}",
         }
-        return prepare.prepare(event, config=config, dynamodb=aws.dynamodb, s3=aws.s3)["run"]
+        state = prepare.prepare(event, config=config, dynamodb=aws.dynamodb, s3=aws.s3, now=at)
+        return freeze_run(aws, config, dict(state), tempfile.mkdtemp(prefix="freeze-"))["run"]
+
+    def labels(run: dict[str, Any]) -> list[str]:
+        key = run["frozen_s3_uri"].removeprefix(f"s3://{aws.artifact_bucket}/") + "labels.json"
+        return list(json.loads(aws.s3.get_object(Bucket=aws.artifact_bucket, Key=key)["Body"].read()))
 
     # GIVEN two uploads, and the dispatcher starting run 1 after the quiet period
     upload("data/flowers/daisy/a.jpg", T0, "01")
@@ -149,7 +156,7 @@ def test_an_upload_during_a_run_goes_to_the_next_run(aws: Aws, events_dir: Path)
         "flowers", now=T0 + timedelta(minutes=2), config=config, dynamodb=aws.dynamodb, sfn=aws.sfn
     )
     assert (started.action, started.run_id) == ("started", "flowers-00001")
-    run1 = prepared("flowers-00001")
+    run1 = prepared("flowers-00001", T0 + timedelta(minutes=2))
     # WHEN an image arrives while run 1 trains (and the dispatcher runs meanwhile)
     upload("data/flowers/rose/c.jpg", T0 + timedelta(minutes=3), "03")
     busy = dispatch.consider(
@@ -167,7 +174,6 @@ def test_an_upload_during_a_run_goes_to_the_next_run(aws: Aws, events_dir: Path)
         },
         config=config,
         dynamodb=aws.dynamodb,
-        s3=aws.s3,
         sagemaker=aws.sagemaker,
         sfn=aws.sfn,
         now=T0 + timedelta(minutes=20),
@@ -177,8 +183,8 @@ def test_an_upload_during_a_run_goes_to_the_next_run(aws: Aws, events_dir: Path)
     assert busy.action == "busy"
     assert run1["manifest_size"] == 2
     assert done["next_run"] == "flowers-00002"
-    run2 = prepared("flowers-00002")
-    assert (run2["manifest_size"], run2["new_images"], run2["labels"]) == (3, 1, ["daisy", "rose", "tulip"])
+    run2 = prepared("flowers-00002", T0 + timedelta(minutes=20))
+    assert (run2["manifest_size"], run2["new_images"], labels(run2)) == (3, 1, ["daisy", "rose", "tulip"])
     names_started = [
         e["name"] for e in aws.sfn.list_executions(stateMachineArn=aws.state_machine_arn)["executions"]
     ]

@@ -11,6 +11,7 @@ import dataclasses
 import datetime
 import io
 import json
+import tempfile
 import time
 import zipfile
 from collections.abc import Callable, Iterator
@@ -26,6 +27,7 @@ from controller import (
     best_candidate,
     datasets,
     finalize,
+    frozen,
     gate,
     import_report,
     ledger,
@@ -39,6 +41,7 @@ from controller.config import Config
 from retrain.embedded.account import ACCOUNT_ID
 from retrain.embedded.gatekeeper import contracts
 from retrain.embedded.stepfunctions.integrations import installed
+from retrain_contract import container
 from tests.unit.functions.support import (
     Aws,
     make_config,
@@ -55,6 +58,7 @@ ASL = REPO / "statemachine" / "training.asl.json"
 ACCOUNT = ACCOUNT_ID
 FUNCTIONS = (
     "PrepareRunFunction",
+    "ReadFrozenManifestFunction",
     "ImportReportFunction",
     "PickBestCandidateFunction",
     "GateFunction",
@@ -94,8 +98,29 @@ class ScriptedSageMaker:
 
     s3: Any
     script: Script
+    dynamodb: Any = None
     requests: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def _freeze(self, request: dict[str, Any]) -> None:
+        """The freezing job's program itself (it reads this moto's ledger), its outputs put where the
+        job's outputs go."""
+        from retrain_training import freeze
+
+        with tempfile.TemporaryDirectory() as work:
+            local = {o["S3Output"]["LocalPath"]: Path(work) / o["OutputName"] for o in
+                     request["ProcessingOutputConfig"]["Outputs"]}  # fmt: skip
+            arguments = [
+                *request["AppSpecification"]["ContainerArguments"],
+                *("--manifest-dir", str(local[container.FREEZE_MANIFEST_DIR])),
+                *("--frozen-dir", str(local[container.FREEZE_FROZEN_DIR])),
+            ]
+            assert freeze.main(arguments, client=self.dynamodb, sleep=lambda _: None) == 0
+            for output in request["ProcessingOutputConfig"]["Outputs"]:
+                uri = output["S3Output"]["S3Uri"].rstrip("/")
+                for file in local[output["S3Output"]["LocalPath"]].iterdir():
+                    bucket, _, key = f"{uri}/{file.name}"[len("s3://") :].partition("/")
+                    self.s3.put_object(Bucket=bucket, Key=key, Body=file.read_bytes())
 
     def _record(self, kind: str, request: dict[str, Any]) -> None:
         self.requests.setdefault(kind, []).append(request)
@@ -219,11 +244,14 @@ class ScriptedSageMaker:
         return job
 
     def create_processing_job(self, **request: Any) -> dict[str, Any]:
-        self._record("processing", request)
+        entry = request["AppSpecification"]["ContainerEntrypoint"][-1]
+        freezing = entry.endswith(container.FREEZE_PROGRAM)
+        self._record("freeze" if freezing else "processing", request)
         name = request["ProcessingJobName"]
         output = request["ProcessingOutputConfig"]["Outputs"][0]["S3Output"]["S3Uri"].rstrip("/")
-        entry = request["AppSpecification"]["ContainerEntrypoint"][-1]
-        if entry.endswith("rule_check.py"):
+        if freezing:
+            self._freeze(request)
+        elif entry.endswith("rule_check.py"):
             self._put(
                 f"{output}/rule_results.json",
                 [
@@ -319,6 +347,9 @@ class Harness:
         a, c, scripted = self.aws, self.config, self.sagemaker
         return {
             "PrepareRunFunction": lambda p: prepare.prepare(p, config=c, dynamodb=a.dynamodb, s3=a.s3),
+            "ReadFrozenManifestFunction": lambda p: frozen.read_frozen(
+                p, config=c, dynamodb=a.dynamodb, s3=a.s3
+            ),
             "ImportReportFunction": lambda p: import_report.read_report(p, s3=a.s3),
             "PickBestCandidateFunction": lambda p: best_candidate.pick(
                 p,
@@ -340,7 +371,6 @@ class Harness:
                 p,
                 config=c,
                 dynamodb=a.dynamodb,
-                s3=a.s3,
                 sagemaker=scripted,  # type: ignore[arg-type]
                 sfn=None,
             ),
@@ -461,7 +491,14 @@ def harness() -> Iterator[Harness]:
         ]
         aws.sns.subscribe(TopicArn=aws.topic_arn, Protocol="sqs", Endpoint=queue_arn)
         script = Script()
-        h = Harness(aws, config, ScriptedSageMaker(aws.s3, script), ScriptedFsx(aws.s3, script), script, arn)
+        h = Harness(
+            aws,
+            config,
+            ScriptedSageMaker(aws.s3, script, aws.dynamodb),
+            ScriptedFsx(aws.s3, script),
+            script,
+            arn,
+        )
         h.upload(
             "data/flowers/daisy/a.jpg",
             "data/flowers/daisy/b.jpg",
@@ -473,7 +510,11 @@ def harness() -> Iterator[Harness]:
 
 
 def _pending(h: Harness) -> int:
-    return ledger.pending_stats("flowers", table_name=h.aws.ledger_table, client=h.aws.dynamodb).count
+    state = datasets.get("flowers", table_name=h.aws.datasets_table, client=h.aws.dynamodb)
+    through = str(state.get(names.TRAINED_THROUGH, ""))
+    return ledger.pending_stats(
+        "flowers", through, limit=10_000, table_name=h.aws.ledger_table, client=h.aws.dynamodb
+    ).count
 
 
 def test_success_imports_tunes_trains_checks_evaluates_registers_and_finalizes(harness: Harness) -> None:
@@ -640,7 +681,7 @@ def test_a_failed_import_fails_the_run_with_the_report_and_releases_the_lock(har
     assert record["status"] == "FAILED"
     assert record["failure"]["error"] == "ImportFailedError"
     assert "Access denied" in record["failure"]["cause"]
-    assert harness.sagemaker.requests == {}
+    assert set(harness.sagemaker.requests) == {"freeze"}  # no job but the manifest's
     assert harness.lock() is None and _pending(harness) == 4
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import boto3
 import numpy as np
 import pytest
+from moto.server import ThreadedMotoServer
 from PIL import Image
 
 from controller import names
@@ -52,6 +53,7 @@ TINY = {
 
 HANDLERS = {
     "PrepareRunFunction": "prepare",
+    "ReadFrozenManifestFunction": "frozen",
     "ImportReportFunction": "import_report",
     "PickBestCandidateFunction": "best_candidate",
     "GateFunction": "gate",
@@ -118,7 +120,21 @@ def emulated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harnes
         arn = aws.sfn.create_state_machine(name="retrain-emulated", definition=definition, roleArn=role)[
             "stateMachineArn"
         ]
-        emulator = SageMakerEmulator(tmp_path / "sagemaker", JobContext(s3=aws.s3))
+        # a job that calls AWS (the freezing job reads the ledger) reaches this moto through its server,
+        # which shares the in-process backends
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        server.start()
+        host, port = server.get_host_and_port()
+        job_aws = {
+            "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
+        context = JobContext(
+            s3=aws.s3, role_environment=lambda role, env=job_aws: env, role_arn=config.sagemaker_role_arn
+        )
+        emulator = SageMakerEmulator(tmp_path / "sagemaker", context)
         script = Script()
         harness = Harness(aws, Config(**config.__dict__), emulator, ScriptedFsx(aws.s3, script), script, arn)  # type: ignore[arg-type]
         rng = np.random.default_rng(0)
@@ -144,6 +160,7 @@ def emulated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harnes
                 yield harness
         finally:
             get_config.cache_clear()
+            server.stop()
 
 
 def test_a_run_trains_checks_rules_evaluates_and_registers_with_the_real_container(emulated: Harness) -> None:

@@ -133,7 +133,7 @@ def test_an_upload_alone_runs_the_whole_flow_and_a_later_run_warm_starts_after_a
     assert later.record["started_from"]["kind"] == "champion"
     assert later.record["started_from"]["uri"] == first["model_data"]
     assert later.record["started_from"]["model_package_arn"] == first["model_package_arn"]
-    assert NEW_LABEL in later.record["labels"]
+    assert NEW_LABEL in read_json_object(later.stack.client("s3"), later.record["labels_uri"], "")
     assert _channel(final, "pretrained") == first["model_data"]
     assert final["HyperParameters"]["pretrained"] == "model.tar.gz"
     assert first["run_id"] in known  # the first run's record outlived its stack
@@ -234,7 +234,10 @@ def _the_run_record_holds_every_field(happy: Finished) -> None:
         "finished_at",
         "manifest_uri",
         "new_images",
-        "labels",
+        "label_count",
+        "labels_uri",
+        "class_counts_uri",
+        "cut",
         "data_source",
         "import_task",
         "tuning_job",

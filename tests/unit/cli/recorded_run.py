@@ -20,6 +20,7 @@ TRIALS = ("digits-r1-tune-001-1a2b3c4d", "digits-r1-tune-002-5e6f7a8b", "digits-
 BEST = TRIALS[1]
 LABELS = ["one", "two", "zero"]
 EVALUATION_KEY = names.evaluation_prefix(DATASET, RUN_ID, "challenger") + contract.EVALUATION_FILE
+CLASS_COUNTS_KEY = names.frozen_prefix(DATASET, RUN_ID) + contract.FROZEN_CLASS_COUNTS_FILE
 ACCEPTED_KEYS = [f"data/{DATASET}/{label}/img-{i}.jpg" for label in LABELS for i in range(3)]
 REJECTED = {
     f"data/{DATASET}/notes.txt": "not under data/<dataset>/<label>/",
@@ -77,7 +78,9 @@ def record(status: str = "SUCCEEDED", **extra: Any) -> runs.RunRecord:
             "min_images_per_label": 5,
             "small_labels": "exclude",
         },
-        "class_counts": CLASS_COUNTS,
+        "label_count": len(CLASS_COUNTS),
+        "class_counts_uri": f"s3://retrain-artifacts-test/{CLASS_COUNTS_KEY}",
+        "excluded_label_count": 1,
         "excluded_labels": {"lynx": "2 image(s), below MinImagesPerLabel 5; upload more images of it"},
         "rejected_uploads": {"conflict": 1, "content": 1, "layout": 2},
         "unreadable_images": [{"key": f"data/{DATASET}/zero/img-2.jpg", "reason": "image file is truncated"}],
@@ -91,7 +94,7 @@ def write(stack: Any, run: runs.RunRecord | None = None) -> runs.RunRecord:
     dynamodb = boto3.client("dynamodb")
     runs.put_run(run, table_name=stack.output("runs_table"), client=dynamodb)
     for key in ACCEPTED_KEYS:
-        item = {names.LEDGER_PK: DATASET, names.LEDGER_SK: key, "state": names.STATE_TRAINED}
+        item = {names.LEDGER_PK: DATASET, names.LEDGER_SK: key, "state": names.STATE_ACCEPTED}
         dynamodb.put_item(TableName=stack.output("ledger_table"), Item=runs.serialize(item))
     for key, reason in REJECTED.items():
         item = {
@@ -136,6 +139,10 @@ def write(stack: Any, run: runs.RunRecord | None = None) -> runs.RunRecord:
         "checkpoint_step": None,
     }
     s3 = boto3.client("s3")
+    counts = {"class_counts": CLASS_COUNTS, "excluded_labels": run.get("excluded_labels", {})}
+    s3.put_object(
+        Bucket=stack.output("artifact_bucket"), Key=CLASS_COUNTS_KEY, Body=json.dumps(counts).encode()
+    )
     s3.put_object(
         Bucket=stack.output("artifact_bucket"), Key=EVALUATION_KEY, Body=json.dumps(evaluation).encode()
     )

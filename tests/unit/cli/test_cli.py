@@ -210,7 +210,7 @@ def test_demo_wait_counts_the_uploads_recorded_since_it_began(stack):
     rows = {"data/d/a/old.jpg": "2026-11-21T10:00:00.0Z", "data/d/a/1.jpg": "2026-11-22T05:00:01.5Z",
             "data/d/b/2.jpg": "2026-11-22T05:00:02.0Z"}  # fmt: skip
     for key, at in rows.items():
-        item = {"dataset": "d", "key": key, "state": "pending", "recorded_at": at}
+        item = {"dataset": "d", "key": key, "state": "accepted", "recorded_at": at}
         dynamodb.put_item(TableName=stack.output("ledger_table"), Item=runs.serialize(item))
     console = retrain.cli.Console(record=True, width=200)
     show = retrain.demo.ledger_progress(connect(stack.name), "d", "2026-11-22T05:00:00", 5, console)

@@ -160,3 +160,36 @@ def object_created(
     else:  # an unversioned bucket's events carry no version
         del event["detail"]["object"]["version-id"]
     return json.dumps(event)
+
+
+def freeze_run(aws: Aws, config: Any, state: dict[str, Any], work_dir: Any) -> dict[str, Any]:
+    """The two states after Prepare, as the state machine runs them: the freezing job's program
+    (training_image/retrain_training/freeze.py, on this moto) with its outputs uploaded where the
+    processing job's outputs go, then "Read the frozen manifest". Returns the state after them."""
+    from pathlib import Path
+
+    from controller import frozen
+    from retrain_training import freeze
+
+    run = state["run"]
+    spec = run["container"]["freeze"]
+    outputs = {spec["manifest_dir"]: run["manifest_s3_uri"], spec["frozen_dir"]: run["frozen_s3_uri"]}
+    local = {path: Path(work_dir) / run["run_id"] / Path(path).name for path in outputs}
+    slept: list[float] = []
+    code = freeze.main(
+        [
+            *run["freeze_arguments"],
+            "--manifest-dir",
+            str(local[spec["manifest_dir"]]),
+            "--frozen-dir",
+            str(local[spec["frozen_dir"]]),
+        ],
+        client=aws.dynamodb,
+        sleep=slept.append,  # the fence: no test waits for it
+    )
+    assert code == 0, "the freezing job failed"
+    for path, uri in outputs.items():
+        bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+        for file in sorted(local[path].iterdir()):
+            aws.s3.put_object(Bucket=bucket, Key=prefix + file.name, Body=file.read_bytes())
+    return dict(frozen.read_frozen(state, config=config, dynamodb=aws.dynamodb, s3=aws.s3))

@@ -6,8 +6,7 @@ from collections import Counter
 
 import pytest
 
-from controller import balance
-from retrain_contract import container
+from retrain_contract import balance, container
 
 
 def _entries(**per_label: int) -> list[tuple[str, str]]:

@@ -39,3 +39,13 @@ def test_reset_forgets_every_client() -> None:
     first = clients.sns()
     clients.reset()
     assert clients.sns() is not first
+
+
+def test_a_ledger_write_ends_within_the_bound_the_freezing_job_waits_for():
+    # two attempts of (connect + read) timeouts, and standard mode's backoff of at most 1 s between them
+    from controller.clients import LEDGER_WRITES
+    from retrain_contract import ledger
+
+    attempts = LEDGER_WRITES.retries["total_max_attempts"]
+    worst = attempts * (LEDGER_WRITES.connect_timeout + LEDGER_WRITES.read_timeout) + (attempts - 1)
+    assert worst <= ledger.RECORD_PUT_BOUND_SECONDS < ledger.RECORD_FENCE_SECONDS

@@ -35,10 +35,12 @@ def test_due_reason_applies_min_images_quiet_period_and_max_wait(count, oldest, 
 def _upload(aws, config, events_dir, key, *, time="2026-01-01T10:00:00Z", sequencer="0A"):
     from controller import ingest
 
+    recorded = dispatch.parse_time(time)
     ingest.ingest(
         sqs_event([object_created(events_dir, key, time=time, sequencer=sequencer)]),
         config=config,
         dynamodb=aws.dynamodb,
+        clock=lambda: recorded,  # the ledger's time is when ingest recorded the upload
     )
 
 

@@ -6,8 +6,7 @@ from datetime import UTC, datetime
 import pytest
 
 from controller import ingest, ledger, names
-from controller.runs import deserialize
-from tests.unit.functions.support import function_environment, object_created, sqs_event
+from tests.unit.functions.support import function_environment, make_config, object_created, sqs_event
 
 
 def _rows(aws, dataset):
@@ -15,6 +14,11 @@ def _rows(aws, dataset):
 
 
 def _ingest(aws, config, bodies, **kwargs):
+    """Ingest `bodies` as recorded at the first notice's event time (the tests' clock), unless a clock
+    is given."""
+    first = json.loads(bodies[0]) if bodies else {}
+    at = datetime.fromisoformat(str(first.get("time", "2026-01-01T10:00:00Z")).replace("Z", "+00:00"))
+    kwargs.setdefault("clock", lambda: at)
     return ingest.ingest(sqs_event(bodies), config=config, dynamodb=aws.dynamodb, **kwargs)
 
 
@@ -27,7 +31,7 @@ def test_an_eventbridge_notice_records_a_pending_row(aws, config, events_dir):
     assert response == {"batchItemFailures": []}
     [row] = _rows(aws, "flowers")
     assert row["key"] == "data/flowers/daisy/photo 1.jpg"
-    assert (row["state"], row["label"], row["size"], row["version_id"]) == ("pending", "daisy", 2048, "v1")
+    assert (row["state"], row["label"], row["size"], row["version_id"]) == ("accepted", "daisy", 2048, "v1")
     assert row[names.LEDGER_PENDING_PK] == "flowers"
 
 
@@ -108,19 +112,26 @@ def test_an_older_notice_arriving_late_does_not_overwrite_a_newer_one(aws, confi
     assert row["etag"] == "new"
 
 
-def test_a_re_upload_of_a_key_makes_its_row_pending_again(aws, config, events_dir):
-    # GIVEN a row already marked trained
-    key = "data/flowers/daisy/a.jpg"
-    _ingest(aws, config, [object_created(events_dir, key, sequencer="0A")])
-    [row] = _rows(aws, "flowers")
-    assert ledger.mark_trained(
-        "flowers", key, row["sequencer"], "flowers-00001", table_name=aws.ledger_table, client=aws.dynamodb
+def _pending(aws, trained_through=""):
+    return ledger.pending_stats(
+        "flowers", trained_through, limit=100_000, table_name=aws.ledger_table, client=aws.dynamodb
     )
+
+
+def test_a_re_upload_of_a_key_makes_its_row_pending_again(aws, config, events_dir):
+    # GIVEN a row a completed run trained (the data set's watermark is past it)
+    key = "data/flowers/daisy/a.jpg"
+    _ingest(aws, config, [object_created(events_dir, key, sequencer="0A", time="2026-01-01T10:00:00Z")])
+    watermark = "2026-01-01T10:30:00.000000Z"
+    assert _pending(aws, watermark).count == 0
     # WHEN the user uploads a new version of the same key
-    _ingest(aws, config, [object_created(events_dir, key, sequencer="0B", etag="v2")])
+    _ingest(
+        aws, config, [object_created(events_dir, key, sequencer="0B", etag="v2", time="2026-01-01T11:00:00Z")]
+    )
     # THEN the row is pending again, for the next run
     [row] = _rows(aws, "flowers")
-    assert (row["state"], row["etag"]) == ("pending", "v2")
+    assert (row["state"], row["etag"]) == ("accepted", "v2")
+    assert _pending(aws, watermark).count == 1
 
 
 def test_the_check_after_ingest_starts_a_run_once_the_oldest_upload_waited_too_long(aws, config, events_dir):
@@ -183,16 +194,11 @@ def test_a_burst_of_ten_thousand_uploads_makes_ten_thousand_rows_and_one_run(aws
         _ingest(aws, config, bodies[start : start + 1000], sfn=aws.sfn, now=during)
     after = datetime(2026, 1, 1, 10, 5, tzinfo=UTC)
     outcomes = [dispatch_all(aws, config, after) for _ in range(3)]
-    # THEN 10,000 pending rows exist, one run was started, and it counted every upload
-    stats = ledger.pending_stats("flowers", table_name=aws.ledger_table, client=aws.dynamodb)
-    assert stats.count == 10_000
+    # THEN 10,000 pending rows exist and one run was started (its freezing job counts them)
+    assert _pending(aws).count == 10_000
     assert [[o.action for o in round_] for round_ in outcomes] == [["started"], ["busy"], ["busy"]]
     executions = aws.sfn.list_executions(stateMachineArn=aws.state_machine_arn)["executions"]
     assert [e["name"] for e in executions] == ["flowers-00001"]
-    item = aws.dynamodb.get_item(
-        TableName=aws.runs_table, Key={"dataset": {"S": "flowers"}, "run_id": {"S": "flowers-00001"}}
-    )
-    assert deserialize(item["Item"])["new_images"] == 10_000
 
 
 def dispatch_all(aws, config, now):
@@ -299,7 +305,7 @@ def test_uploads_whose_bytes_are_not_a_usable_image_are_rejected_and_kept(aws, c
     # THEN the good photo waits for a run; each bad one is rejected as content, with its reason
     assert response == {"batchItemFailures": []}
     rows = {row["key"]: row for row in _rows(aws, "pets")}
-    assert rows["data/pets/cat/good.jpg"]["state"] == names.STATE_PENDING
+    assert rows["data/pets/cat/good.jpg"]["state"] == names.STATE_ACCEPTED
     for key, (_, words) in bad.items():
         assert (rows[key]["state"], rows[key]["problem"]) == (names.STATE_REJECTED, names.PROBLEM_CONTENT)
         assert words in rows[key]["reason"], (key, rows[key]["reason"])
@@ -324,7 +330,7 @@ def test_the_same_bytes_under_another_label_are_a_conflict_and_under_the_same_a_
     # THEN the first holds the bytes; the copy is a duplicate and the other label a conflict, both naming it
     rows = {row["key"]: row for row in _rows(aws, "pets")}
     assert set(rows) == {"data/pets/cat/tom.jpg", "data/pets/cat/tom (copy).jpg", "data/pets/lynx/tom.jpg"}
-    assert rows["data/pets/cat/tom.jpg"]["state"] == names.STATE_PENDING
+    assert rows["data/pets/cat/tom.jpg"]["state"] == names.STATE_ACCEPTED
     copy, other = rows["data/pets/cat/tom (copy).jpg"], rows["data/pets/lynx/tom.jpg"]
     assert (copy["state"], copy["problem"]) == (names.STATE_REJECTED, names.PROBLEM_DUPLICATE)
     assert (other["state"], other["problem"]) == (names.STATE_REJECTED, names.PROBLEM_CONFLICT)
@@ -348,7 +354,7 @@ def test_deleting_an_upload_stops_it_being_trained_and_frees_its_bytes(aws, conf
     rows = {row["key"]: row for row in _rows(aws, "pets")}
     assert rows["data/pets/cat/x.jpg"]["state"] == names.STATE_REMOVED
     assert names.LEDGER_PENDING_PK not in rows["data/pets/cat/x.jpg"]
-    assert rows["data/pets/lynx/x.jpg"]["state"] == names.STATE_PENDING
+    assert rows["data/pets/lynx/x.jpg"]["state"] == names.STATE_ACCEPTED
 
 
 def test_a_claim_left_by_a_key_overwritten_with_other_bytes_is_taken_over(aws, config, events_dir):
@@ -362,7 +368,7 @@ def test_a_claim_left_by_a_key_overwritten_with_other_bytes_is_taken_over(aws, c
     _ingest(aws, config, [_upload(aws, events_dir, "data/pets/cat/b.jpg", old, "03")], s3=aws.s3)
     # THEN it is not a duplicate: no key holds those bytes any more
     rows = {row["key"]: row for row in _rows(aws, "pets")}
-    assert rows["data/pets/cat/b.jpg"]["state"] == names.STATE_PENDING
+    assert rows["data/pets/cat/b.jpg"]["state"] == names.STATE_ACCEPTED
 
 
 def test_a_late_deletion_notice_does_not_remove_a_newer_upload(aws, config, events_dir):
@@ -372,7 +378,7 @@ def test_a_late_deletion_notice_does_not_remove_a_newer_upload(aws, config, even
     _ingest(aws, config, [_upload(aws, events_dir, key, images.jpeg(), "05")], s3=aws.s3)
     _ingest(aws, config, [_deleted(events_dir, key, "03")], s3=aws.s3)
     [row] = _rows(aws, "pets")
-    assert row["state"] == names.STATE_PENDING
+    assert row["state"] == names.STATE_ACCEPTED
 
 
 def test_an_object_deleted_before_it_was_read_is_rejected_not_retried(aws, config, events_dir):
@@ -384,3 +390,54 @@ def test_an_object_deleted_before_it_was_read_is_rejected_not_retried(aws, confi
     assert response == {"batchItemFailures": []}
     [row] = _rows(aws, "pets")
     assert row["state"] == names.STATE_REJECTED and "deleted before it could be read" in row["reason"]
+
+
+def _seed_pending(aws, dataset, count):
+    """`count` accepted rows of `dataset`, written straight into the ledger (bulk, not through ingest)."""
+    from controller.runs import serialize
+
+    rows = [
+        {
+            names.LEDGER_PK: dataset,
+            names.LEDGER_SK: f"data/{dataset}/cat/seed-{i:06d}.jpg",
+            "label": "cat",
+            "state": names.STATE_ACCEPTED,
+            "sequencer": "01",
+            "recorded_at": "2026-01-01T09:00:00.000000Z",
+            names.LEDGER_PENDING_PK: dataset,
+            names.LEDGER_PENDING_SK: "2026-01-01T09:00:00.000000Z",
+        }
+        for i in range(count)
+    ]
+    for start in range(0, count, 25):
+        requests = [{"PutRequest": {"Item": serialize(row)}} for row in rows[start : start + 25]]
+        aws.dynamodb.batch_write_item(RequestItems={aws.ledger_table: requests})
+
+
+def test_an_ingest_batch_reads_the_same_ledger_keys_however_many_uploads_wait(aws, events_dir):
+    # GIVEN two data sets, one with 200 uploads waiting for a run and one with 2,000, and a stack that
+    # wants 100 new images and an hour's quiet before a run (so neither batch below starts one)
+    config = make_config(aws, min_new_images=100, quiet_period_seconds=3600, max_wait_seconds=86_400)
+    _seed_pending(aws, "few", 200)
+    _seed_pending(aws, "many", 2_000)
+    scanned: list[int] = []
+
+    def count(parsed, **_):
+        scanned.append(int(parsed.get("ScannedCount", 0)))
+
+    aws.dynamodb.meta.events.register("after-call.dynamodb.Query", count)
+
+    def one_batch(dataset):
+        scanned.clear()
+        bodies = [object_created(events_dir, f"data/{dataset}/dog/new-{i}.jpg", sequencer=f"{i + 10:04X}")
+                  for i in range(10)]  # fmt: skip
+        now = datetime(2026, 1, 1, 10, 1, tzinfo=UTC)
+        assert _ingest(aws, config, bodies, sfn=aws.sfn, now=now) == {"batchItemFailures": []}
+        return sum(scanned)
+
+    # WHEN a batch of 10 uploads is ingested into each (with the dispatch check after it)
+    few, many = one_batch("few"), one_batch("many")
+    # THEN the batch reads as many index keys either way (at most MinNewImages and the two edges), where
+    # counting every pending row read 2,000 keys after each batch of the larger one
+    assert few == many <= 100 + 2
+    assert aws.sfn.list_executions(stateMachineArn=aws.state_machine_arn)["executions"] == []

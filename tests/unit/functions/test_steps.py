@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import json
 import re
+import tempfile
 
 import pytest
 from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent
@@ -24,7 +25,7 @@ from controller import (
 )
 from controller.errors import DatasetBusyError, ImportFailedError, InvalidRunInputError, NotEnoughDataError
 from retrain_contract import container
-from tests.unit.functions.support import function_environment, object_created, sqs_event
+from tests.unit.functions.support import freeze_run, function_environment, object_created, sqs_event
 
 
 def _upload(aws, config, events_dir, *keys):
@@ -35,12 +36,20 @@ def _upload(aws, config, events_dir, *keys):
 
 
 def _prepare(aws, config, run_input, name="run-1"):
+    """Prepare, then the freezing job and "Read the frozen manifest": the run as training sees it."""
     event = {
         "input": run_input,
         "execution_name": name,
         "execution_arn": f"arn:aws:states:::execution:m:{name}",
     }
-    return prepare.prepare(event, config=config, dynamodb=aws.dynamodb, s3=aws.s3)["run"]
+    state = prepare.prepare(event, config=config, dynamodb=aws.dynamodb, s3=aws.s3)
+    return freeze_run(aws, config, dict(state), tempfile.mkdtemp(prefix="freeze-"))["run"]
+
+
+def _labels(aws, run):
+    """The run's labels, as the freezing job wrote them (labels.json beside its summary)."""
+    key = run["frozen_s3_uri"].removeprefix(f"s3://{aws.artifact_bucket}/") + container.FROZEN_LABELS_FILE
+    return json.loads(aws.s3.get_object(Bucket=aws.artifact_bucket, Key=key)["Body"].read())
 
 
 @pytest.mark.parametrize(
@@ -98,7 +107,7 @@ def test_prepare_freezes_accepted_images_into_the_manifest_and_takes_the_lock(aw
         {"path": "tulip/b.png", "label": "tulip", "split": "train"},
     ]
     assert not container.in_validation("daisy/a.jpg", 0.2) and not container.in_validation("tulip/b.png", 0.2)
-    assert (run["manifest_size"], run["labels"]) == (2, ["daisy", "tulip"])
+    assert (run["manifest_size"], run["label_count"], _labels(aws, run)) == (2, 2, ["daisy", "tulip"])
     # AND the run holds the data set's lock, and the run record is RUNNING
     assert (
         datasets.get("flowers", table_name=aws.datasets_table, client=aws.dynamodb)["active_run"] == "run-1"
@@ -107,10 +116,19 @@ def test_prepare_freezes_accepted_images_into_the_manifest_and_takes_the_lock(aw
     assert record is not None and record["status"] == "RUNNING" and record["manifest_size"] == 2
 
 
-def test_import_paths_are_the_new_labels_or_the_whole_data_set_beyond_fsx_limits():
+def test_import_paths_are_the_new_labels_or_the_whole_data_set_beyond_fsx_limits(aws, config, events_dir):
+    from controller import frozen
+
     prefix = "s3://data/data/flowers/"
-    assert prepare.import_paths(prefix, ["daisy", "rose"]) == [f"{prefix}daisy/", f"{prefix}rose/"]
-    assert prepare.import_paths(prefix, [f"l{i}" for i in range(101)]) == [prefix]
+    assert frozen.import_paths(prefix, ["daisy", "rose"]) == [f"{prefix}daisy/", f"{prefix}rose/"]
+    assert frozen.import_paths(prefix, None) == [prefix]
+    # the freezing job names the new labels up to CreateDataRepositoryTask's 100 paths, and no more
+    _upload(
+        aws, config, events_dir, *[f"data/flowers/l{i:03d}/{j}.jpg" for i in range(101) for j in range(6)]
+    )
+    fsx = dataclasses.replace(config, settings={**config.settings, "data_source": "fsx"})
+    run = _prepare(aws, fsx, {"dataset": "flowers"})
+    assert run["import_needed"] and run["import_paths"] == [f"s3://{aws.data_bucket}/data/flowers/"]
 
 
 def test_prepare_refuses_a_data_set_with_one_label(aws, config, events_dir):
@@ -608,7 +626,6 @@ def _finalize(aws, config, run, decision="accepted"):
         },
         config=config,
         dynamodb=aws.dynamodb,
-        s3=aws.s3,
         sagemaker=aws.sagemaker,
         sfn=None,
     )
@@ -632,12 +649,14 @@ def test_a_run_requested_with_oversampling_repeats_the_rare_class_in_its_manifes
     assert len(lynxes) == -(-cats // 2) and len(set(lynxes)) < len(lynxes)
     validation = [x["path"] for x in lines if x["split"] == "validation"]
     assert len(validation) == len(set(validation))
-    # AND the run record says the policy and the counts before and after
+    # AND the run record says the policy, and points at the counts before and after
     record = runs.get_run("pets", "run-1", table_name=aws.runs_table, client=aws.dynamodb)
     assert record["class_balance"] == {"mode": "oversample", "ratio": 0.5, "min_images_per_label": 1,
                                        "small_labels": "exclude"}  # fmt: skip
-    assert record["class_counts"]["lynx"]["train_lines"] == len(lynxes)
-    assert record["class_counts"]["cat"]["train_lines"] == record["class_counts"]["cat"]["train"] == cats
+    key = record["class_counts_uri"].removeprefix(f"s3://{aws.artifact_bucket}/")
+    counts = json.loads(aws.s3.get_object(Bucket=aws.artifact_bucket, Key=key)["Body"].read())["class_counts"]
+    assert counts["lynx"]["train_lines"] == len(lynxes)
+    assert counts["cat"]["train_lines"] == counts["cat"]["train"] == cats
     assert run["manifest_size"] == 220
 
 
@@ -650,20 +669,26 @@ def test_a_label_below_the_minimum_is_set_aside_held_and_named_in_the_notificati
     # WHEN a run is prepared and finishes
     run = _prepare(aws, small, {"dataset": "pets"})
     done = _finalize(aws, small, run)
-    # THEN lynx is not in the manifest, and its rows are held (waiting for more images, not trained)
-    assert run["labels"] == ["cat", "dog"] and run["manifest_size"] == 20
-    rows = {r["key"]: r for r in ledger.rows("pets", table_name=aws.ledger_table, client=aws.dynamodb)}
-    assert {rows[k]["state"] for k in _keys("lynx", 2)} == {names.STATE_HELD}
-    assert {rows[k]["state"] for k in _keys("cat", 10)} == {names.STATE_TRAINED}
+    # THEN lynx is not in the manifest, and no upload waits any more (the watermark passed them all)
+    assert _labels(aws, run) == ["cat", "dog"] and run["manifest_size"] == 20
+    state = datasets.get("pets", table_name=aws.datasets_table, client=aws.dynamodb)
+    assert state[names.TRAINED_THROUGH] == run["cut"]
+    waiting = ledger.pending_stats(
+        "pets", run["cut"], limit=100, table_name=aws.ledger_table, client=aws.dynamodb
+    )
+    assert waiting.count == 0
     # AND the notification says which label was set aside and why, the refused upload, and where to look
-    assert "Labels set aside from this run: lynx: 2 image(s), below MinImagesPerLabel 5" in done["message"]
+    assert (
+        "Labels set aside from this run (1): lynx: 2 image(s), below MinImagesPerLabel 5" in done["message"]
+    )
     assert "Uploads refused and left in the bucket: 1 (1 layout)" in done["message"]
     assert "retrain report run-1" in done["message"]
     # AND WHEN three more lynx images arrive, the next run trains all five
     datasets.release("pets", "run-1", table_name=aws.datasets_table, client=aws.dynamodb)
     _upload(aws, small, events_dir, *[f"data/pets/lynx/new-{i}.jpg" for i in range(3)])
     run2 = _prepare(aws, small, {"dataset": "pets"}, name="run-2")
-    assert run2["labels"] == ["cat", "dog", "lynx"] and run2["manifest_size"] == 25
+    assert _labels(aws, run2) == ["cat", "dog", "lynx"] and run2["manifest_size"] == 25
+    assert run2["new_images"] == 3
 
 
 def test_with_small_labels_allowed_a_small_label_trains(aws, config, events_dir):
@@ -672,7 +697,7 @@ def test_with_small_labels_allowed_a_small_label_trains(aws, config, events_dir)
     )
     _upload(aws, allowed, events_dir, *_keys("cat", 10), *_keys("lynx", 2))
     run = _prepare(aws, allowed, {"dataset": "pets"})
-    assert run["labels"] == ["cat", "lynx"]
+    assert _labels(aws, run) == ["cat", "lynx"]
 
 
 def test_a_data_set_left_with_one_trainable_label_is_refused_with_the_labels_set_aside(
@@ -944,3 +969,104 @@ def test_a_pretrained_uri_that_is_not_one_s3_object_is_refused():
 
     with pytest.raises(InvalidRunInputError, match=r"input\.overrides\.pretrained_model_uri"):
         parse_request({"dataset": "flowers", "overrides": {"pretrained_model_uri": "https://x/y.pth"}})
+
+
+class _Calls:
+    """The DynamoDB requests a client makes, and the items its queries and scans read."""
+
+    def __init__(self, aws):
+        self.requests: list[str] = []
+        self.items_read = 0
+        aws.dynamodb.meta.events.register("before-call.dynamodb", self._request)
+        aws.dynamodb.meta.events.register("after-call.dynamodb", self._response)
+
+    def _request(self, model, params, **_):
+        self.requests.append(model.name)
+
+    def _response(self, model, parsed, **_):
+        if model.name in ("Query", "Scan"):
+            self.items_read += len(parsed.get("Items", []))
+
+    def during(self, action):
+        self.requests.clear()
+        self.items_read = 0
+        action()
+        return list(self.requests), self.items_read
+
+
+def _seed(aws, dataset, labels, per_label, *, recorded_at="2026-01-01T09:00:00.000000Z"):
+    """Accepted ledger rows written straight into the table (bulk, as the benchmark seeds them)."""
+    rows = [
+        {
+            names.LEDGER_PK: dataset,
+            names.LEDGER_SK: f"data/{dataset}/{label}/{i:05d}.jpg",
+            "label": label,
+            "state": names.STATE_ACCEPTED,
+            "sequencer": "01",
+            "recorded_at": recorded_at,
+            names.LEDGER_PENDING_PK: dataset,
+            names.LEDGER_PENDING_SK: recorded_at,
+        }
+        for label in labels
+        for i in range(per_label)
+    ]
+    for start in range(0, len(rows), 25):
+        requests = [{"PutRequest": {"Item": runs.serialize(row)}} for row in rows[start : start + 25]]
+        aws.dynamodb.batch_write_item(RequestItems={aws.ledger_table: requests})
+
+
+def test_prepare_and_finalize_do_the_same_work_for_ten_images_or_two_thousand(aws, config):
+    # GIVEN a data set of 10 new images and one of 2,000
+    _seed(aws, "small", ["cat", "dog"], 5)
+    _seed(aws, "large", ["cat", "dog"], 1_000)
+    calls = _Calls(aws)
+    work = {}
+    for dataset in ("small", "large"):
+        event = {
+            "input": {"dataset": dataset},
+            "execution_name": f"{dataset}-1",
+            "execution_arn": f"arn:{dataset}",
+        }
+        # WHEN each is prepared, frozen (the job's reads are not the Lambdas') and finalized
+        prepared, read_by_prepare = calls.during(
+            lambda e=event, dataset=dataset: work.setdefault(
+                dataset, prepare.prepare(e, config=config, dynamodb=aws.dynamodb, s3=aws.s3)
+            )
+        )
+        run = freeze_run(aws, config, dict(work[dataset]), tempfile.mkdtemp(prefix="freeze-"))["run"]
+        finalized, read_by_finalize = calls.during(lambda r=run: _finalize(aws, config, r))
+        work[dataset] = (run, prepared, read_by_prepare, finalized, read_by_finalize)
+    # THEN both runs trained their images, all new
+    assert [work[d][0]["new_images"] for d in ("small", "large")] == [10, 2_000]
+    # AND Prepare read no ledger row and Finalize rewrote none: their requests are the same list for both
+    # (marking each image trained made 2,000 UpdateItems; reading the ledger in Prepare read 2,000 rows)
+    small, large = work["small"], work["large"]
+    assert small[1] == large[1] and small[2] == large[2] == 0
+    assert small[3] == large[3] and "UpdateItem" in small[3] and len(small[3]) < 10
+    # AND the data set's watermark is the run's cut: none of its images waits for a run any more
+    state = datasets.get("large", table_name=aws.datasets_table, client=aws.dynamodb)
+    assert state[names.TRAINED_THROUGH] == large[0]["cut"]
+    assert ledger.pending_stats("large", large[0]["cut"], limit=10, table_name=aws.ledger_table,
+                                client=aws.dynamodb).count == 0  # fmt: skip
+
+
+def test_thousands_of_long_labels_stay_out_of_the_state_and_the_run_record(aws, config):
+    # GIVEN a catalogue of 3,000 labels of 60 characters, two images each
+    labels = [f"product-category-{i:05d}-" + "x" * 37 for i in range(3_000)]
+    assert {len(label) for label in labels} == {60}
+    _seed(aws, "catalogue", labels, 2)
+    small = dataclasses.replace(config, settings={**config.settings, "data_source": "fsx"})
+    # WHEN a run is prepared and its manifest frozen
+    event = {"input": {"dataset": "catalogue"}, "execution_name": "c-1", "execution_arn": "arn:c-1"}
+    state = prepare.prepare(event, config=small, dynamodb=aws.dynamodb, s3=aws.s3)
+    after = freeze_run(aws, small, dict(state), tempfile.mkdtemp(prefix="freeze-"))
+    # THEN every label is in labels.json, and the state that travels through every state stays small
+    assert len(_labels(aws, after["run"])) == after["run"]["label_count"] > 2_000
+    assert len(json.dumps(after).encode()) < 64 * 1024
+    # (more than 100 new labels: FSx imports the data set's prefix, one path)
+    assert after["run"]["import_paths"] == [f"s3://{aws.data_bucket}/data/catalogue/"]
+    # AND so does the run's record (DynamoDB refuses an item over 400 KB)
+    item = aws.dynamodb.get_item(
+        TableName=aws.runs_table, Key=runs.serialize({"dataset": "catalogue", "run_id": "c-1"})
+    )
+    assert len(json.dumps(item["Item"]).encode()) < 100 * 1024
