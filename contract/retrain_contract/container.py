@@ -57,6 +57,10 @@ EVALUATION_FILE = "evaluation.json"
 # its config.json), so the control plane records them in the run.
 TRAINING_SKIPPED_KEY = "training_skipped"
 CONFUSION_MATRIX_FILE = "confusion_matrix.png"
+# evaluation.json holds the whole confusion matrix up to this many labels; beyond, its most frequent
+# confusions ([true, predicted, count]), so that its size grows with the labels, not their square.
+DENSE_CONFUSION_MAX_LABELS = 100
+CONFUSION_PAIRS_MAX = 1000
 RULE_RESULTS_FILE = "rule_results.json"
 TENSORS_DIRNAME = "tensors"  # Debugger tensors, under SM_OUTPUT_DATA_DIR (shipped in output.tar.gz)
 PROFILE_DIRNAME = "profile"  # system profile JSON lines, beside the tensors

@@ -198,31 +198,46 @@ def metrics(
     logits: torch.Tensor, targets: np.ndarray, labels: list[str], predicted_labels: list[str]
 ) -> dict[str, Any]:
     """Top-1/top-3 accuracy, per-class precision/recall and the confusion matrix (rows: true label,
-    columns: predicted label) over `labels`. `predicted_labels` names the model's outputs; an output
+    columns: predicted label; beyond DENSE_CONFUSION_MAX_LABELS labels the most frequent confusions,
+    [true, predicted, count]) over `labels`. `predicted_labels` names the model's outputs; an output
     outside `labels` (a baseline's label the candidate lacks) counts as wrong."""
     index = {label: i for i, label in enumerate(labels)}
     remap = np.array([index.get(label, -1) for label in predicted_labels])
     ranked = remap[logits.topk(min(3, logits.shape[1]), dim=1).indices.numpy()]
     top1 = ranked[:, 0]
     n = len(labels)
-    confusion = np.zeros((n, n), dtype=np.int64)
     known = top1 >= 0
-    np.add.at(confusion, (targets[known], top1[known]), 1)
-    per_class = {}
-    for i, label in enumerate(labels):
-        support = int((targets == i).sum())
-        predicted = int((top1 == i).sum())
-        hits = int(confusion[i, i])
-        per_class[label] = {
-            "precision": hits / predicted if predicted else 0.0,
-            "recall": hits / support if support else 0.0,
-            "support": support,
+    # per label in one pass each (bincount), never a loop over the labels: catalogues have thousands
+    support = np.bincount(targets, minlength=n)
+    predicted = np.bincount(top1[known], minlength=n)
+    hits = np.bincount(targets[top1 == targets], minlength=n)
+    per_class = {
+        label: {
+            "precision": int(hits[i]) / int(predicted[i]) if predicted[i] else 0.0,
+            "recall": int(hits[i]) / int(support[i]) if support[i] else 0.0,
+            "support": int(support[i]),
         }
+        for i, label in enumerate(labels)
+    }
+    # the confusions as (true, predicted) codes: an n x n matrix only for few labels
+    pairs, counts = np.unique(targets[known].astype(np.int64) * n + top1[known], return_counts=True)
+    confusion: dict[str, Any] = {}
+    if n <= contract.DENSE_CONFUSION_MAX_LABELS:
+        matrix = np.zeros(n * n, dtype=np.int64)
+        matrix[pairs] = counts
+        confusion["confusion_matrix"] = matrix.reshape(n, n).tolist()
+    else:
+        wrong = pairs // n != pairs % n
+        order = np.argsort(-counts[wrong], kind="stable")[: contract.CONFUSION_PAIRS_MAX]
+        confusion["confusions"] = [
+            [labels[int(code) // n], labels[int(code) % n], int(count)]
+            for code, count in zip(pairs[wrong][order], counts[wrong][order], strict=True)
+        ]
     return {
         "top1": float((top1 == targets).mean()),
         "top3": float((ranked == targets[:, None]).any(axis=1).mean()),
         "per_class": per_class,
-        "confusion_matrix": confusion.tolist(),
+        **confusion,
         "labels": labels,
         "samples": len(targets),
     }
@@ -295,7 +310,8 @@ def evaluate(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     result[contract.TRAINING_SKIPPED_KEY] = candidate.training_skipped
     args.output.mkdir(parents=True, exist_ok=True)
     (args.output / contract.EVALUATION_FILE).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    plot_confusion(result["confusion_matrix"], labels, args.output / contract.CONFUSION_MATRIX_FILE)
+    if "confusion_matrix" in result:  # a chart of thousands of labels would show nothing
+        plot_confusion(result["confusion_matrix"], labels, args.output / contract.CONFUSION_MATRIX_FILE)
     return result
 
 

@@ -52,3 +52,27 @@ def test_labels_a_model_lacks_join_the_scoring_labels_after_its_own() -> None:
     assert labels == ["dog", "cat", "ant", "eel"]
     assert unknown == ["ant", "eel"]
     assert evaluate.scoring_labels(["dog", "cat"], {"cat"}) == (["dog", "cat"], [])
+
+
+def test_a_catalogue_of_labels_gets_its_confusions_as_pairs_not_a_square_matrix():
+    # GIVEN 3,000 labels, two validation images each, and a model that confuses label 1 with label 2
+    import numpy as np
+    import torch
+
+    from retrain_contract import container
+    from retrain_training.evaluate import metrics
+
+    labels = [f"category-{i:05d}" for i in range(3_000)]
+    targets = np.repeat(np.arange(len(labels)), 2)
+    predicted = targets.copy()
+    predicted[2:4] = 2  # both images of label 1 predicted as label 2
+    logits = torch.nn.functional.one_hot(torch.from_numpy(predicted), len(labels)).float()
+    # WHEN scored
+    result = metrics(logits, targets, labels, labels)
+    # THEN evaluation.json's size follows the labels, not their square: no 3,000 x 3,000 matrix
+    assert len(labels) > container.DENSE_CONFUSION_MAX_LABELS and "confusion_matrix" not in result
+    assert result["confusions"] == [[labels[1], labels[2], 2]]
+    # AND the per-class figures are those of the images
+    assert result["per_class"][labels[1]] == {"precision": 0.0, "recall": 0.0, "support": 2}
+    assert result["per_class"][labels[2]] == {"precision": 0.5, "recall": 1.0, "support": 2}
+    assert result["top1"] == 1 - 2 / len(targets)
