@@ -172,6 +172,10 @@ def evaluation_from(record: runs.RunRecord, s3: Any, artifact_bucket: str) -> Ev
         evaluation.confusion_matrix = [
             [int(c) for c in row] for row in document.get("confusion_matrix") or []
         ]
+        evaluation.confusions = [
+            (str(true), str(predicted), int(count))
+            for true, predicted, count in document.get("confusions") or []
+        ]
         baseline = document.get("baseline")
         if isinstance(baseline, dict) and baseline.get("top1") is not None:
             evaluation.baseline_top1 = float(baseline["top1"])

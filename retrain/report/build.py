@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 from controller import names, notes
 from retrain import timing
@@ -201,6 +202,14 @@ def _training(facts: RunFacts, out_dir: Path) -> list[str]:
     return lines
 
 
+REPORT_CLASS_ROWS = 50
+REPORT_CONFUSION_ROWS = 20
+
+
+def _recall(stats: Any) -> float:
+    return float(stats.get("recall", 0.0)) if isinstance(stats, dict) else 0.0
+
+
 def _evaluation(facts: RunFacts, out_dir: Path) -> list[str]:
     """The held-out scores against the champion's, per class, and the confusion matrix."""
     lines = ["## Evaluation", ""]
@@ -209,11 +218,25 @@ def _evaluation(facts: RunFacts, out_dir: Path) -> list[str]:
         ["top-1", "top-3", "champion top-1"], [[_fmt(ev.top1), _fmt(ev.top3), _fmt(ev.baseline_top1)]]
     )
     if ev.per_class:
+        classes = list(ev.per_class.items())
+        if len(classes) > REPORT_CLASS_ROWS:  # a catalogue: the classes that need attention first
+            classes = sorted(classes, key=lambda item: _recall(item[1]))[:REPORT_CLASS_ROWS]
+            lines += [
+                f"The {REPORT_CLASS_ROWS} classes of lowest recall, of {len(ev.per_class)} "
+                "(every class in evaluation.json):",
+                "",
+            ]
         rows: list[list[object]] = []
-        for label, stats in ev.per_class.items():
+        for label, stats in classes:
             s = stats if isinstance(stats, dict) else {}
             rows.append([label, _fmt(s.get("precision")), _fmt(s.get("recall")), s.get("support", "—")])
         lines += _table(["class", "precision", "recall (class accuracy)", "support"], rows)
+    if ev.confusions and not ev.confusion_matrix:
+        lines += ["Most frequent confusions:", ""]
+        lines += _table(
+            ["true class", "predicted as", "images"],
+            [[true, predicted, count] for true, predicted, count in ev.confusions[:REPORT_CONFUSION_ROWS]],
+        )
     _image(
         lines,
         charts.confusion_matrix(ev.confusion_matrix, ev.labels, out_dir / CONFUSION_PNG),

@@ -57,6 +57,8 @@ class Evaluation:
     per_class: dict[str, Any] = field(default_factory=dict)
     labels: list[str] = field(default_factory=list)
     confusion_matrix: list[list[int]] = field(default_factory=list)
+    # beyond the labels a matrix is written for: [true, predicted, count], most frequent first
+    confusions: list[tuple[str, str, int]] = field(default_factory=list)
     baseline_top1: float | None = None
 
 

@@ -176,3 +176,21 @@ def test_rule_results_and_evaluation_are_read_from_the_runs_prefix_when_the_reco
     # THEN the rule check's and the evaluation's own files under the run's prefix are used
     assert [(r.rule, r.status, r.step) for r in facts.rules] == [("Overfit", "IssuesFound", 30)]
     assert facts.evaluation.top1 == 0.95 and facts.evaluation.labels == recorded_run.LABELS
+
+
+def test_a_catalogues_report_lists_its_weakest_classes_and_most_frequent_confusions(facts, tmp_path):
+    # GIVEN the evaluation of 300 classes, written with confusions instead of a matrix
+    import dataclasses
+
+    from retrain.report.build import REPORT_CLASS_ROWS
+    from retrain.report.facts import Evaluation
+
+    per_class = {f"c{i:03d}": {"precision": 1.0, "recall": 1.0 - i / 1000, "support": 2} for i in range(300)}
+    catalogue = Evaluation(top1=0.8, top3=0.9, per_class=per_class, labels=sorted(per_class),
+                           confusions=[("c299", "c001", 2), ("c298", "c002", 1)])  # fmt: skip
+    # WHEN its report is written
+    text = write_report(dataclasses.replace(facts, evaluation=catalogue), tmp_path / "report").read_text()
+    # THEN it names the classes of lowest recall first, and no more than it says, and the confusions
+    assert f"The {REPORT_CLASS_ROWS} classes of lowest recall, of 300" in text
+    assert "| c299 |" in text and "| c000 |" not in text
+    assert "| c299 | c001 | 2 |" in text and "no confusion matrix recorded" in text
