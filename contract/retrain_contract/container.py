@@ -350,6 +350,7 @@ FREEZE_FROZEN_DIR = f"{PROCESSING_DIR}/frozen"
 FROZEN_SUMMARY_FILE = "summary.json"
 FROZEN_LABELS_FILE = "labels.json"  # ["label", ...], sorted
 FROZEN_CLASS_COUNTS_FILE = "class_counts.json"  # {"class_counts": {...}, "excluded_labels": {...}}
+VALIDATION_MANIFEST_FILE = "validation.manifest"  # a ManifestFile of the validation split's images
 FROZEN_NEW_LABELS_MAX = 100  # the summary lists new labels up to this many (FSx import takes 100 paths)
 FROZEN_EXCLUDED_SAMPLE = 20  # and names this many labels set aside (the file has them all)
 

@@ -19,6 +19,7 @@ RECORDED_AT: Final = "recorded_at"  # when ingest wrote the row (UTC, ISO 8601 w
 LABEL: Final = "label"
 STATE: Final = "state"
 PROBLEM: Final = "problem"
+SIZE: Final = "size"  # the object's bytes, from its S3 notice
 # The sparse index of accepted rows by recorded time (template.yaml's LedgerTable declares it; its
 # names predate the watermark and stay, as a changed key schema would replace the index).
 ACCEPTED_INDEX: Final = "pending-by-upload-time"

@@ -480,6 +480,8 @@ def freeze_arguments(ctx: Context, config: Config) -> list[str]:
         str(ctx.state.get(names.TRAINED_THROUGH, "")),
         "--policy",
         json.dumps(asdict(ctx.policy), sort_keys=True),
+        "--data-uri",
+        f"s3://{config.data_bucket}/{names.dataset_prefix(ctx.dataset)}",
     ]
     return arguments + (["--region", ctx.region] if ctx.region else [])
 

@@ -29,7 +29,7 @@ from retrain_contract import balance, container, ledger
 
 log = logging.getLogger("freeze")
 EXIT_FAILED = 1
-COLUMNS = (ledger.SK, ledger.LABEL, ledger.STATE, ledger.RECORDED_AT, ledger.PROBLEM)
+COLUMNS = (ledger.SK, ledger.LABEL, ledger.STATE, ledger.RECORDED_AT, ledger.PROBLEM, ledger.SIZE)
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -43,6 +43,9 @@ def get_args_parser() -> argparse.ArgumentParser:
         "--trained-through", default="", help="the data set's watermark: rows from it on are new"
     )
     parser.add_argument("--policy", required=True, help="the run's balance policy, JSON (balance.Policy)")
+    parser.add_argument(
+        "--data-uri", default="", help="s3://<DataBucket>/data/<dataset>/: the validation manifest's prefix"
+    )
     parser.add_argument("--region", default=None)
     parser.add_argument("--manifest-dir", type=Path, default=Path(container.FREEZE_MANIFEST_DIR))
     parser.add_argument("--frozen-dir", type=Path, default=Path(container.FREEZE_FROZEN_DIR))
@@ -89,6 +92,7 @@ class Frozen:
 
     plan: balance.Plan
     summary: dict[str, Any] = field(default_factory=dict)
+    validation: list[str] = field(default_factory=list)  # paths of the validation split
 
     def manifest(self) -> Iterator[str]:
         for path, label, split in self.plan.lines:
@@ -110,6 +114,7 @@ def freeze(
     """The manifest of the accepted rows recorded before `cut`, and its summary."""
     prefix = f"data/{dataset}/"
     entries: list[tuple[str, str]] = []
+    sizes: dict[str, int] = {}  # bytes of each accepted image, by its path in the data set
     new_by_label: Counter[str] = Counter()
     rejected: Counter[str] = Counter()
     read = later = 0
@@ -122,7 +127,9 @@ def freeze(
             continue
         if ledger.is_accepted(row):
             label = str(row[ledger.LABEL])
-            entries.append((str(row[ledger.SK])[len(prefix) :], label))
+            path = str(row[ledger.SK])[len(prefix) :]
+            entries.append((path, label))
+            sizes[path] = int(row.get(ledger.SIZE, 0))
             if ledger.is_new(row, trained_through):
                 new_by_label[label] += 1
         elif row.get(ledger.STATE) == ledger.STATE_REJECTED:
@@ -131,6 +138,7 @@ def freeze(
     trained_labels = sorted(planned.counts)
     new_labels = sorted(label for label in new_by_label if label in planned.counts)
     excluded = sorted(planned.excluded.items())
+    validation = sorted({path for path, _, split in planned.lines if split == container.SPLIT_VALIDATION})
     summary: dict[str, Any] = {
         "dataset": dataset,
         "cut": cut,
@@ -150,13 +158,26 @@ def freeze(
         "excluded_label_count": len(excluded),
         "excluded_labels": dict(excluded[: container.FROZEN_EXCLUDED_SAMPLE]),
         "rejected_uploads": dict(sorted(rejected.items())),
+        # what an evaluation job downloads: the validation split only (validation.manifest)
+        "validation_images": len(validation),
+        "validation_bytes": sum(sizes.get(path, 0) for path in validation),
+        "data_bytes": sum(sizes.values()),
     }
-    return Frozen(planned, summary)
+    return Frozen(planned, summary, validation)
 
 
-def write(frozen: Frozen, *, manifest_dir: Path, frozen_dir: Path) -> None:
+def validation_manifest(frozen: Frozen, data_uri: str) -> Iterator[str]:
+    """The validation split as a SageMaker ManifestFile (a JSON array: the prefix, then each key relative
+    to it), so that an evaluation job downloads those images and no others."""
+    yield json.dumps([{"prefix": data_uri}, *frozen.validation])
+
+
+def write(frozen: Frozen, *, manifest_dir: Path, frozen_dir: Path, data_uri: str = "") -> None:
     manifest_dir.mkdir(parents=True, exist_ok=True)
     frozen_dir.mkdir(parents=True, exist_ok=True)
+    if data_uri:
+        with (frozen_dir / container.VALIDATION_MANIFEST_FILE).open("w", encoding="utf-8") as out:
+            out.writelines(validation_manifest(frozen, data_uri))
     with (manifest_dir / container.MANIFEST_FILE).open("w", encoding="utf-8") as out:
         out.writelines(frozen.manifest())
     (frozen_dir / container.FROZEN_LABELS_FILE).write_text(json.dumps(sorted(frozen.plan.counts)))
@@ -184,7 +205,7 @@ def main(
     frozen = freeze(
         rows, dataset=args.dataset, cut=args.cut, trained_through=args.trained_through, policy=policy
     )
-    write(frozen, manifest_dir=args.manifest_dir, frozen_dir=args.frozen_dir)
+    write(frozen, manifest_dir=args.manifest_dir, frozen_dir=args.frozen_dir, data_uri=args.data_uri)
     summary = frozen.summary
     log.info(
         "froze %d images in %d labels (%d new) from %d ledger rows in %.1f s",

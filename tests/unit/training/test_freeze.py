@@ -61,3 +61,21 @@ def test_a_policy_that_is_not_json_fails_the_job_with_its_name(capsys, tmp_path)
         ["--table", "t", "--dataset", "pets", "--cut", CUT, "--policy", "{oops"], client=object()
     )
     assert code == freeze.EXIT_FAILED
+
+
+def test_the_validation_split_is_a_manifest_file_of_its_images_only(tmp_path):
+    rows = [_row(f"{i}.jpg", label, **{ledger.SIZE: 1000 + i}) for i in range(40) for label in ("cat", "dog")]
+    frozen = freeze.freeze(rows, dataset="pets", cut=CUT, trained_through="", policy=balance.Policy())
+    freeze.write(
+        frozen, manifest_dir=tmp_path / "m", frozen_dir=tmp_path / "f", data_uri="s3://data/data/pets/"
+    )
+    import json
+
+    from retrain_contract import container
+
+    prefix, *keys = json.loads((tmp_path / "f" / container.VALIDATION_MANIFEST_FILE).read_text())
+    validation = [path for path, _, split in frozen.plan.lines if split == container.SPLIT_VALIDATION]
+    assert prefix == {"prefix": "s3://data/data/pets/"} and keys == sorted(validation) and 0 < len(keys) < 80
+    sizes = {f"{label}/{i}.jpg": 1000 + i for i in range(40) for label in ("cat", "dog")}
+    assert frozen.summary["validation_bytes"] == sum(sizes[k] for k in keys)
+    assert frozen.summary["data_bytes"] == sum(sizes.values())
