@@ -24,6 +24,7 @@ from retrain_contract.run import (
     START_CHAMPION,
     START_PRETRAINED,
     START_SCRATCH,
+    CheckpointConfig,
     Jobs,
     PrepareResult,
     Run,
@@ -447,6 +448,14 @@ def artifact_uris(bucket: str, dataset: str, run_id: str) -> dict[str, str]:
     }
 
 
+def final_checkpoint(bucket: str, dataset: str, run_id: str, training_job: str) -> CheckpointConfig:
+    """The final job's CheckpointConfig: a prefix of its own (a trial's checkpoints never reach it)."""
+    return {
+        "S3Uri": f"s3://{bucket}/{names.job_checkpoint_prefix(dataset, run_id, training_job)}",
+        "LocalPath": container.job_checkpoint_local_path(training_job),
+    }
+
+
 @dataclass(frozen=True)
 class Context:
     """What a run is built from: the request, the stack's settings, the data set's state, the manifest."""
@@ -479,11 +488,12 @@ def build_run(ctx: Context, config: Config) -> Run:
         ranges[kind] = ranges.get(kind, []) + items
     champion = ctx.state.get("champion") or {}
     parent = str(ctx.state.get("last_tuning_job") or "")
+    jobs = job_names(dataset, ctx.execution_arn)
     return {
         "dataset": dataset,
         "run_id": run_id,
         "trigger": ctx.trigger,
-        "jobs": job_names(dataset, ctx.execution_arn),
+        "jobs": jobs,
         "labels": ctx.summary["labels"],
         "manifest_size": ctx.summary["size"],
         "new_images": ctx.summary["new"],
@@ -503,6 +513,7 @@ def build_run(ctx: Context, config: Config) -> Run:
         "manifest_s3_uri": uris["manifest_s3_uri"],
         "output_s3_uri": uris["output_s3_uri"],
         "checkpoint_s3_uri": uris["checkpoint_s3_uri"],
+        "final_checkpoint": final_checkpoint(config.artifact_bucket, dataset, run_id, jobs["training"]),
         "rules_s3_uri": uris["rules_s3_uri"],
         "challenger_s3_uri": uris["challenger_s3_uri"],
         "champion_s3_uri": uris["champion_s3_uri"],

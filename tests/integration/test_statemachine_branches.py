@@ -39,6 +39,7 @@ from controller.config import Config
 from retrain.embedded.account import ACCOUNT_ID
 from retrain.embedded.gatekeeper import contracts
 from retrain.embedded.stepfunctions.integrations import installed
+from retrain_contract import container as contract
 from tests.unit.functions.support import (
     Aws,
     make_config,
@@ -516,6 +517,16 @@ def test_success_imports_tunes_trains_checks_evaluates_registers_and_finalizes(h
     [training] = harness.sagemaker.requests["training"]
     assert record["final_training_job"] == training["TrainingJobName"]
     assert training["HyperParameters"]["lr"] == "0.05" and training["HyperParameters"]["epochs"] == "2"
+    # AND checkpoints to a prefix of its own, so it downloads none of the trials' checkpoints when it
+    # starts, under the keys its trainer writes (LocalPath/<host>/ckpt-<step>.pt)
+    trials_uri = definition["CheckpointConfig"]["S3Uri"]
+    own = training["CheckpointConfig"]
+    assert own["S3Uri"] == trials_uri + training["TrainingJobName"] + "/"
+    trainer = contract.resolve_paths({contract.JOB_NAME_ENV: training["TrainingJobName"]}).job_checkpoint_dir
+    key = own["S3Uri"].partition(f"s3://{harness.aws.artifact_bucket}/")[2] + str(
+        (trainer / contract.checkpoint_name(50)).relative_to(own["LocalPath"])
+    )
+    assert (match := names.CHECKPOINT_KEY_RE.match(key)) and match["job"] == training["TrainingJobName"]
     # AND the images are marked trained and the lock is released
     assert _pending(harness) == 0
     assert harness.lock() is None
