@@ -155,10 +155,19 @@ class ScriptedSageMaker:
             for r in self.jobs[name]["ranges"].get(kind, [])
         }
         tuned.update({"lr": "0.05", "optimizer": '"adamw"', "weight-decay": "0.0001"})
+        trials = len(self.jobs[name]["trials"])
+        counters = {
+            "Completed": trials,
+            "InProgress": 0,
+            "RetryableError": 0,
+            "NonRetryableError": 0,
+            "Stopped": 0,
+        }
         return {
             "HyperParameterTuningJobName": name,
             "HyperParameterTuningJobStatus": "Completed",
             "CreationTime": EPOCH,
+            "TrainingJobStatusCounters": counters,
             "BestTrainingJob": {
                 "TrainingJobName": best,
                 "TunedHyperParameters": tuned,
