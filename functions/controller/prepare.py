@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from controller import balance, clients, datasets, ledger, names, runs
+from controller import balance, clients, datasets, deadline, ledger, names, runs
 from controller.config import Config, get_config
 from controller.errors import ConfigurationError, DatasetBusyError, InvalidRunInputError, NotEnoughDataError
 from controller.observability import logger, tracer
@@ -564,6 +564,11 @@ def record_prepared(
             "excluded_labels": summary["excluded_labels"],
             "rejected_uploads": summary["rejected_uploads"],
             "started_from": dict(run["start"]),
+            "deadline": deadline.deadline(
+                run,
+                datetime.fromisoformat(at.replace("Z", "+00:00")),
+                margin_seconds=config.stuck_run_seconds,
+            ).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
         },
         table_name=config.runs_table,
         client=dynamodb,

@@ -88,6 +88,7 @@ class RunRecord(TypedDict, total=False):
     best_objective: float
     final_training_job: str
     model_data: str
+    deadline: str  # ISO 8601, UTC: when the run has outlived its time limits (deadline.py)
     training_seconds: int
     billable_seconds: int
     spot_saving: float  # 1 - billable / training, over every job of the run
