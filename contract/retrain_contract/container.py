@@ -94,6 +94,13 @@ def checkpoint_name(step: int) -> str:
     return f"{CHECKPOINT_PREFIX}{step:09d}{CHECKPOINT_SUFFIX}"
 
 
+def job_checkpoint_local_path(job_name: str) -> str:
+    """CheckpointConfig.LocalPath of a job with a checkpoint prefix of its own: the directory the trainer
+    writes its checkpoints under (Paths.job_checkpoint_dir is <this>/<host>), so the job syncs and
+    restores its own checkpoints only, under the same keys as a tuning trial's."""
+    return f"{CHECKPOINT_LOCAL_PATH}/{job_name}"
+
+
 # Exit status of a run that SIGTERM interrupted after writing its checkpoint (128 + SIGTERM, as a
 # shell reports it); the spot-market emulation reads it as "interrupted", not "failed".
 INTERRUPTED_EXIT_CODE = 143

@@ -108,6 +108,13 @@ class Vpc(TypedDict):
     SecurityGroupIds: list[str]
 
 
+class CheckpointConfig(TypedDict):
+    """A training job's CheckpointConfig (SageMaker's field names)."""
+
+    S3Uri: str
+    LocalPath: str
+
+
 class Tag(TypedDict):
     Key: str
     Value: str
@@ -161,7 +168,8 @@ class Run(TypedDict):
     data_s3_uri: str
     manifest_s3_uri: str
     output_s3_uri: str
-    checkpoint_s3_uri: str
+    checkpoint_s3_uri: str  # the tuning trials' (one per tuning job); each writes under its job name
+    final_checkpoint: CheckpointConfig  # the final training job's own
     rules_s3_uri: str
     challenger_s3_uri: str
     champion_s3_uri: str

@@ -1,8 +1,17 @@
 """Evaluate checkpoints off the training instance while training runs, for an accuracy-against-step curve.
 
-Two events reach this function (EventBridge): a checkpoint object written under the run's checkpoint prefix
-(every Nth of a training job starts an evaluation Processing job, tagged with its run and step), and the
-state change of such a job (its evaluation.json becomes a point of the run's curve).
+Three events reach this function (EventBridge): a checkpoint object written under the run's checkpoint
+prefix (every Nth of a training job starts an evaluation Processing job, tagged with its run and step), the
+state change of such a job (its evaluation.json becomes a point of the run's curve), and the end of a
+training job of the run (job_ended.py: its checkpoints are dropped, a trial's time counted).
+
+The trainer keeps only its newest checkpoints and SageMaker deletes the pruned ones in S3 too ("Use
+checkpoints in Amazon SageMaker"), while a Processing job takes minutes to start: so the checkpoint's
+version named by the event (the artifact bucket is versioned; a deleted version stays a noncurrent one
+for a day) is first copied out of the checkpoint prefix, and the job reads the copy. The trainer cannot
+keep checkpoints until they are evaluated instead: it runs without network access and cannot learn that.
+A run starts at most CheckpointEvaluationMaxPerRun jobs (a counter in its record, claimed atomically), and
+its curve holds at most as many points.
 """
 
 from __future__ import annotations
@@ -15,7 +24,7 @@ from aws_lambda_powertools.utilities.data_classes.event_source import event_sour
 from aws_lambda_powertools.utilities.data_classes.s3_event import S3EventBridgeNotificationEvent
 from botocore.exceptions import ClientError
 
-from controller import clients, names, runs
+from controller import clients, job_ended, names, runs
 from controller.config import Config, get_config
 from controller.observability import logger, metrics, tracer
 from controller.runs import serialize
@@ -134,47 +143,122 @@ def processing_request(
     }
 
 
-def on_checkpoint(
-    event: S3EventBridgeNotificationEvent,
-    *,
-    config: Config,
-    dynamodb: DynamoDBClient,
-    sagemaker: SageMakerClient,
-) -> dict[str, Any]:
-    key = str(event.detail.object["key"])  # as S3's EventBridge event holds it (`.key` would unquote it)
-    match = names.CHECKPOINT_KEY_RE.match(key)
-    if match is None or config.checkpoint_eval_every <= 0:
-        return {"action": "ignored", "reason": "not a checkpoint, or checkpoint evaluation is off"}
-    dataset, run_id, job = match["dataset"], match["run_id"], match["job"]
-    step = int(match["step"])
+# CopyObject copies an object of at most 5 GB in one call (Amazon S3 API Reference, CopyObject).
+MAX_COPY_BYTES = 5 * 1024**3
+
+
+class CheckpointGoneError(Exception):
+    """The checkpoint version named by the event can no longer be copied."""
+
+
+def keep_checkpoint(
+    key: str, version: str | None, size: int | None, copy_key: str, *, config: Config, s3: S3Client
+) -> str:
+    """Copy the checkpoint `key` (its `version`) to `copy_key`, where no pruning reaches it; its S3 URI."""
+    if size is not None and size > MAX_COPY_BYTES:
+        raise CheckpointGoneError(f"{key} has {size} bytes, more than CopyObject copies (5 GB)")
+    source: dict[str, str] = {"Bucket": config.artifact_bucket, "Key": key}
+    if version:
+        source["VersionId"] = version
+    try:
+        s3.copy_object(Bucket=config.artifact_bucket, Key=copy_key, CopySource=source)  # type: ignore[arg-type]
+    except ClientError as error:
+        code = error.response["Error"]["Code"]
+        if code in ("NoSuchKey", "NoSuchVersion", "404", "InvalidRequest"):
+            raise CheckpointGoneError(f"{key} (version {version or 'current'}) is gone: {code}") from error
+        raise
+    return f"s3://{config.artifact_bucket}/{copy_key}"
+
+
+def _limit_reason(config: Config) -> str:
+    return (
+        f"the run started its {config.checkpoint_eval_max_per_run} checkpoint evaluations "
+        "(CheckpointEvaluationMaxPerRun)"
+    )
+
+
+def _not_due(
+    dataset: str, run_id: str, job: str, *, config: Config, dynamodb: DynamoDBClient
+) -> dict[str, Any] | None:
+    """Why this checkpoint starts no evaluation, or None once the run's count holds its place."""
     record = runs.get_run(dataset, run_id, table_name=config.runs_table, client=dynamodb)
     if record is None or record["status"] not in ("STARTING", "RUNNING"):
         return {"action": "ignored", "reason": f"run {run_id} is not active"}
+    limit = config.checkpoint_eval_max_per_run
+    if int(record.get("checkpoint_evaluations_started", 0)) >= limit:
+        return {"action": "skipped", "reason": _limit_reason(config)}
     count = _count(dataset, run_id, job, config=config, dynamodb=dynamodb)
     if count % config.checkpoint_eval_every != 0:
         return {
             "action": "skipped",
             "reason": f"checkpoint {count} of {job}; every {config.checkpoint_eval_every}th",
         }
+    if not runs.claim_checkpoint_evaluation(
+        dataset, run_id, limit=limit, table_name=config.runs_table, client=dynamodb
+    ):
+        return {"action": "skipped", "reason": _limit_reason(config)}
+    return None
+
+
+def on_checkpoint(
+    event: S3EventBridgeNotificationEvent,
+    *,
+    config: Config,
+    dynamodb: DynamoDBClient,
+    sagemaker: SageMakerClient,
+    s3: S3Client,
+) -> dict[str, Any]:
+    detail = event.detail.object
+    key = str(detail["key"])  # as S3's EventBridge event holds it (`.key` would unquote it)
+    match = names.CHECKPOINT_KEY_RE.match(key)
+    if match is None or config.checkpoint_eval_every <= 0 or config.checkpoint_eval_max_per_run <= 0:
+        return {"action": "ignored", "reason": "not a checkpoint, or checkpoint evaluation is off"}
+    dataset, run_id, job, step = match["dataset"], match["run_id"], match["job"], int(match["step"])
+    skip = _not_due(dataset, run_id, job, config=config, dynamodb=dynamodb)
+    if skip is not None:
+        return skip
     name = job_name(job, step)
-    request = processing_request(
-        name=name,
-        dataset=dataset,
-        run_id=run_id,
-        step=step,
-        training_job=job,
-        checkpoint_uri=f"s3://{config.artifact_bucket}/{key}",
-        config=config,
-    )
     try:
+        copy = keep_checkpoint(
+            key,
+            detail.get("version-id"),
+            int(detail["size"]) if detail.get("size") is not None else None,
+            names.checkpoint_copy_key(dataset, run_id, job, step),
+            config=config,
+            s3=s3,
+        )
+        request = processing_request(
+            name=name,
+            dataset=dataset,
+            run_id=run_id,
+            step=step,
+            training_job=job,
+            checkpoint_uri=copy,
+            config=config,
+        )
         sagemaker.create_processing_job(**request)
-    except ClientError as error:
-        if "already exists" in str(error) or error.response["Error"]["Code"] == "ResourceInUse":
-            return {"action": "duplicate", "job": name}
-        raise
+    except (CheckpointGoneError, ClientError) as error:
+        runs.release_checkpoint_evaluation(dataset, run_id, table_name=config.runs_table, client=dynamodb)
+        return _not_started(name, key, error)
     metrics.add_metric(name=names.METRIC_CHECKPOINT_EVALS, unit="Count", value=1)
     logger.info("checkpoint evaluation started", extra={"job": name, "step": step, "training_job": job})
     return {"action": "started", "job": name, "step": step}
+
+
+def _not_started(name: str, key: str, error: CheckpointGoneError | ClientError) -> dict[str, Any]:
+    """What became of a checkpoint whose evaluation did not start (its place given back), or the error."""
+    if isinstance(error, CheckpointGoneError):
+        logger.warning("checkpoint not evaluated", extra={"key": key, "reason": str(error)})
+        return {"action": "skipped", "reason": str(error)}
+    code = error.response["Error"]["Code"]
+    if "already exists" in str(error) or code == "ResourceInUse":
+        return {"action": "duplicate", "job": name}
+    if code == "ResourceLimitExceeded":
+        # The account's Processing quota is full: this checkpoint goes unevaluated (a retry would count it
+        # as another checkpoint of the job); the run's own jobs are not affected.
+        logger.warning("checkpoint evaluation not started", extra={"job": name, "reason": str(error)})
+        return {"action": "not-started", "job": name, "reason": str(error)}
+    raise error
 
 
 def on_job_done(
@@ -204,7 +288,15 @@ def on_job_done(
         )
         point["top1"] = float(report["top1"])
         point["top3"] = float(report.get("top3", report["top1"]))
-    runs.append_checkpoint_evaluation(dataset, run_id, point, table_name=config.runs_table, client=dynamodb)
+    if not runs.append_checkpoint_evaluation(
+        dataset,
+        run_id,
+        point,
+        limit=config.checkpoint_eval_max_per_run,
+        table_name=config.runs_table,
+        client=dynamodb,
+    ):
+        return {"action": "not-recorded", "reason": f"the curve of run {run_id} is full or gone", **point}
     return {"action": "recorded", **point}
 
 
@@ -219,9 +311,13 @@ def evaluate_checkpoints(
     kind = event.detail_type
     if kind == "Object Created":
         checkpoint = S3EventBridgeNotificationEvent(event.raw_event)
-        return on_checkpoint(checkpoint, config=config, dynamodb=dynamodb, sagemaker=sagemaker)
+        return on_checkpoint(checkpoint, config=config, dynamodb=dynamodb, sagemaker=sagemaker, s3=s3)
     if kind == "SageMaker Processing Job State Change":
         return on_job_done(event, config=config, dynamodb=dynamodb, s3=s3)
+    if kind == "SageMaker Training Job State Change":
+        return job_ended.on_training_job_ended(
+            event, config=config, dynamodb=dynamodb, sagemaker=sagemaker, s3=s3
+        )
     return {"action": "ignored", "reason": f"unexpected event {kind!r}"}
 
 

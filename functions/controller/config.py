@@ -36,6 +36,7 @@ class Config:
     policy: DispatchPolicy
     settings: RunSettings  # the template's run parameters (RUN_SETTINGS), see prepare
     checkpoint_eval_every: int
+    checkpoint_eval_max_per_run: int  # processing jobs one run may start for checkpoints (0: none)
     min_improvement: float
     min_accuracy: float
     block_on_rule_issues: bool
@@ -109,6 +110,7 @@ def from_environ(environ: Mapping[str, str]) -> Config:
         ),
         settings=_settings(environ),
         checkpoint_eval_every=_int(environ, names.ENV_CHECKPOINT_EVAL_EVERY),
+        checkpoint_eval_max_per_run=_int(environ, names.ENV_CHECKPOINT_EVAL_MAX),
         min_improvement=_float(environ, names.ENV_MIN_IMPROVEMENT),
         min_accuracy=_float(environ, names.ENV_MIN_ACCURACY),
         block_on_rule_issues=_bool(environ, names.ENV_BLOCK_ON_RULE_ISSUES),

@@ -146,17 +146,25 @@ def dispatch_all(
 
 
 def stuck_runs(*, now: datetime, config: Config, dynamodb: DynamoDBClient) -> list[tuple[str, str]]:
-    """(data set, run) pairs whose lock is older than StuckRunSeconds."""
+    """(data set, run) pairs of held locks whose run passed its deadline (deadline.py: its time limits
+    plus StuckRunSeconds), or, for a run not prepared yet, whose lock is older than StuckRunSeconds."""
     stuck = []
     for dataset in datasets.all_datasets(table_name=config.datasets_table, client=dynamodb):
         state = datasets.get(dataset, table_name=config.datasets_table, client=dynamodb)
-        locked_at = state.get("locked_at")
         held = state.get(names.LOCK_ATTRIBUTE)
-        if (
-            held
-            and locked_at
-            and (now - parse_time(str(locked_at))).total_seconds() > config.stuck_run_seconds
-        ):
+        if not held:
+            continue
+        record = runs.get_run(dataset, str(held), table_name=config.runs_table, client=dynamodb)
+        due = record.get("deadline") if record is not None else None
+        if due:
+            late = now > parse_time(str(due))
+        else:
+            locked_at = state.get("locked_at")
+            late = (
+                bool(locked_at)
+                and (now - parse_time(str(locked_at))).total_seconds() > config.stuck_run_seconds
+            )
+        if late:
             stuck.append((dataset, str(held)))
     return stuck
 

@@ -40,6 +40,9 @@ def dataset_prefix(dataset: str) -> str:
 RUNS_PREFIX: Final = "runs/"
 PRETRAINED_PREFIX: Final = "pretrained/"  # weights `retrain pretrained upload` puts in the artifact bucket
 CHECKPOINTS_PREFIX: Final = "checkpoints/"
+# Checkpoints copied for evaluation: out of reach of the trainer's pruning, which SageMaker mirrors to
+# CHECKPOINTS_PREFIX ("Use checkpoints in Amazon SageMaker"); outside it, so a copy starts no evaluation.
+CHECKPOINT_COPIES_PREFIX: Final = "checkpoint-copies/"
 MANIFEST_DIR: Final = "manifest"
 FROZEN_DIR: Final = "frozen"  # what the freezing job says of a run's manifest (summary, labels, counts)
 # FSx writes an import task's completion report inside the file system's linked data repository
@@ -94,8 +97,24 @@ def rules_prefix(dataset: str, run_id: str) -> str:
 
 
 def checkpoint_prefix(dataset: str, run_id: str) -> str:
-    """CheckpointConfig.S3Uri of a run; objects land at <prefix><job>/<host>/ckpt-<step>.pt."""
+    """CheckpointConfig.S3Uri of a run's tuning trials, which one tuning job cannot give prefixes of their
+    own: each trial writes /opt/ml/checkpoints/<job>/<host>/, so objects land at
+    <prefix><job>/<host>/ckpt-<step>.pt."""
     return f"{CHECKPOINTS_PREFIX}{dataset}/{run_id}/"
+
+
+def job_checkpoint_prefix(dataset: str, run_id: str, training_job: str) -> str:
+    """One training job's checkpoints: the final job's own CheckpointConfig.S3Uri (LocalPath
+    /opt/ml/checkpoints/<job>, so its keys have the trials' layout), what is dropped when a job ends."""
+    return f"{checkpoint_prefix(dataset, run_id)}{training_job}/"
+
+
+def checkpoint_copy_key(dataset: str, run_id: str, training_job: str, step: int) -> str:
+    """The copy of one checkpoint that its evaluation reads (it outlives the trainer's pruning)."""
+    return (
+        f"{CHECKPOINT_COPIES_PREFIX}{dataset}/{run_id}/{training_job}/{step:09d}/"
+        f"{container.checkpoint_name(step)}"
+    )
 
 
 def checkpoint_eval_prefix(dataset: str, run_id: str, training_job: str, step: int) -> str:
@@ -160,6 +179,7 @@ ENV_MAX_WAIT_SECONDS: Final = "MAX_WAIT_SECONDS"
 ENV_SETTINGS: Final = "RUN_SETTINGS"  # JSON: the template's training/tuning defaults (config.RunSettings)
 ENV_SAGEMAKER_ROLE_ARN: Final = "SAGEMAKER_ROLE_ARN"
 ENV_CHECKPOINT_EVAL_EVERY: Final = "CHECKPOINT_EVAL_EVERY"
+ENV_CHECKPOINT_EVAL_MAX: Final = "CHECKPOINT_EVAL_MAX_PER_RUN"
 ENV_MIN_IMPROVEMENT: Final = "MIN_IMPROVEMENT"
 ENV_MIN_ACCURACY: Final = "MIN_ACCURACY"
 ENV_BLOCK_ON_RULE_ISSUES: Final = "BLOCK_ON_RULE_ISSUES"

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from controller import clients, datasets, names, runs
+from controller import clients, datasets, deadline, names, runs
 from controller.config import Config, get_config
 from controller.errors import ConfigurationError, DatasetBusyError, InvalidRunInputError
 from controller.observability import logger, tracer
@@ -28,6 +28,7 @@ from retrain_contract.run import (
     START_CHAMPION,
     START_PRETRAINED,
     START_SCRATCH,
+    CheckpointConfig,
     Jobs,
     PrepareResult,
     Run,
@@ -374,6 +375,14 @@ def artifact_uris(bucket: str, dataset: str, run_id: str) -> dict[str, str]:
     }
 
 
+def final_checkpoint(bucket: str, dataset: str, run_id: str, training_job: str) -> CheckpointConfig:
+    """The final job's CheckpointConfig: a prefix of its own (a trial's checkpoints never reach it)."""
+    return {
+        "S3Uri": f"s3://{bucket}/{names.job_checkpoint_prefix(dataset, run_id, training_job)}",
+        "LocalPath": container.job_checkpoint_local_path(training_job),
+    }
+
+
 @dataclass(frozen=True)
 class Context:
     """What a run is built from: the request, the stack's settings, the data set's state, the manifest."""
@@ -408,11 +417,12 @@ def build_run(ctx: Context, config: Config) -> Run:
         ranges[kind] = ranges.get(kind, []) + items
     champion = ctx.state.get("champion") or {}
     parent = str(ctx.state.get("last_tuning_job") or "")
+    jobs = job_names(dataset, ctx.execution_arn)
     return {
         "dataset": dataset,
         "run_id": run_id,
         "trigger": ctx.trigger,
-        "jobs": job_names(dataset, ctx.execution_arn),
+        "jobs": jobs,
         # the manifest's figures: the freezing job's summary fills them in (frozen.py)
         "cut": ctx.cut,
         "trained_through": str(ctx.state.get(names.TRAINED_THROUGH, "")),
@@ -437,6 +447,7 @@ def build_run(ctx: Context, config: Config) -> Run:
         "manifest_s3_uri": uris["manifest_s3_uri"],
         "output_s3_uri": uris["output_s3_uri"],
         "checkpoint_s3_uri": uris["checkpoint_s3_uri"],
+        "final_checkpoint": final_checkpoint(config.artifact_bucket, dataset, run_id, jobs["training"]),
         "rules_s3_uri": uris["rules_s3_uri"],
         "challenger_s3_uri": uris["challenger_s3_uri"],
         "champion_s3_uri": uris["champion_s3_uri"],
@@ -497,6 +508,11 @@ def record_prepared(run: Run, ctx: Context, at: str, *, config: Config, dynamodb
             "data_source": run["data_source"],
             "class_balance": ctx.policy.record(),
             "started_from": dict(run["start"]),
+            "deadline": deadline.deadline(
+                run,
+                datetime.fromisoformat(at.replace("Z", "+00:00")),
+                margin_seconds=config.stuck_run_seconds,
+            ).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
         },
         table_name=config.runs_table,
         client=dynamodb,

@@ -5,6 +5,7 @@ Readers use `get_run` and `list_runs` only; numbers come back as int or float (n
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal, NotRequired, Required, TypedDict, cast
@@ -94,14 +95,18 @@ class RunRecord(TypedDict, total=False):
     best_objective: float
     final_training_job: str
     model_data: str
+    deadline: str  # ISO 8601, UTC: when the run has outlived its time limits (deadline.py)
     training_seconds: int
     billable_seconds: int
     spot_saving: float  # 1 - billable / training, over every job of the run
+    timed_jobs: list[str]  # the tuning trials counted in training_seconds (at most MaxTuningJobs)
     rule_results: list[RuleResult]
     rules_blocked: bool
     challenger: Evaluation
     champion: Evaluation
-    checkpoint_evaluations: list[CheckpointEvaluation]
+    checkpoint_evaluations: list[CheckpointEvaluation]  # at most CheckpointEvaluationMaxPerRun points
+    checkpoint_evaluations_started: int  # the run's checkpoint evaluation jobs, counted against that bound
+    checkpoint_counts: dict[str, int]  # checkpoints seen per training job (every Nth is evaluated)
     gate: Gate
     model_package_arn: str
     failure: Failure
@@ -128,6 +133,8 @@ def _from_dynamo(value: Any) -> Any:
         return {k: _from_dynamo(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_from_dynamo(v) for v in value]
+    if isinstance(value, set):  # a string set: read as a sorted list, as JSON can hold it
+        return sorted(_from_dynamo(v) for v in value)
     return value
 
 
@@ -254,15 +261,99 @@ def append_checkpoint_evaluation(
     run_id: str,
     point: CheckpointEvaluation,
     *,
+    limit: int,
     table_name: str,
     client: DynamoDBClient | None = None,
+) -> bool:
+    """Add one point to the run's accuracy-against-step curve while it has fewer than `limit` points;
+    False when it is full (or the run has no record): the item never grows past `limit` points."""
+    dynamodb = _client(client)
+    try:
+        dynamodb.update_item(
+            TableName=table_name,
+            Key=serialize({names.RUNS_PK: dataset, names.RUNS_SK: run_id}),
+            UpdateExpression="SET #curve = list_append(if_not_exists(#curve, :empty), :point)",
+            ConditionExpression=(
+                "attribute_exists(#sk) AND (attribute_not_exists(#curve) OR size(#curve) < :limit)"
+            ),
+            ExpressionAttributeNames={"#curve": "checkpoint_evaluations", "#sk": names.RUNS_SK},
+            ExpressionAttributeValues=serialize({":empty": [], ":point": [point], ":limit": limit}),
+        )
+    except dynamodb.exceptions.ConditionalCheckFailedException:
+        return False
+    return True
+
+
+def claim_checkpoint_evaluation(
+    dataset: str, run_id: str, *, limit: int, table_name: str, client: DynamoDBClient | None = None
+) -> bool:
+    """Count one more checkpoint evaluation job of the run, atomically, while fewer than `limit` were
+    counted; False when the run has used its `limit` (or has no record)."""
+    dynamodb = _client(client)
+    try:
+        dynamodb.update_item(
+            TableName=table_name,
+            Key=serialize({names.RUNS_PK: dataset, names.RUNS_SK: run_id}),
+            UpdateExpression="ADD #started :one",
+            ConditionExpression=(
+                "attribute_exists(#sk) AND (attribute_not_exists(#started) OR #started < :limit)"
+            ),
+            ExpressionAttributeNames={"#started": "checkpoint_evaluations_started", "#sk": names.RUNS_SK},
+            ExpressionAttributeValues=serialize({":one": 1, ":limit": limit}),
+        )
+    except dynamodb.exceptions.ConditionalCheckFailedException:
+        return False
+    return True
+
+
+def release_checkpoint_evaluation(
+    dataset: str, run_id: str, *, table_name: str, client: DynamoDBClient | None = None
 ) -> None:
-    """Add one point to the run's accuracy-against-step curve."""
-    _client(client).update_item(
-        TableName=table_name,
-        Key=serialize({names.RUNS_PK: dataset, names.RUNS_SK: run_id}),
-        UpdateExpression="SET #curve = list_append(if_not_exists(#curve, :empty), :point)",
-        ConditionExpression="attribute_exists(#sk)",
-        ExpressionAttributeNames={"#curve": "checkpoint_evaluations", "#sk": names.RUNS_SK},
-        ExpressionAttributeValues=serialize({":empty": [], ":point": [point]}),
-    )
+    """Give back a claimed checkpoint evaluation that started no job (never below zero)."""
+    dynamodb = _client(client)
+    with contextlib.suppress(dynamodb.exceptions.ConditionalCheckFailedException):
+        dynamodb.update_item(
+            TableName=table_name,
+            Key=serialize({names.RUNS_PK: dataset, names.RUNS_SK: run_id}),
+            UpdateExpression="ADD #started :minus",
+            ConditionExpression="#started > :zero",
+            ExpressionAttributeNames={"#started": "checkpoint_evaluations_started"},
+            ExpressionAttributeValues=serialize({":minus": -1, ":zero": 0}),
+        )
+
+
+def add_job_time(
+    dataset: str,
+    run_id: str,
+    training_job: str,
+    *,
+    training_seconds: int,
+    billable_seconds: int,
+    table_name: str,
+    client: DynamoDBClient | None = None,
+) -> bool:
+    """Add one ended training job's training and billable seconds to the run's totals, once: False when
+    the job was counted already (a repeated event, or the pick step counting a job its event had not)."""
+    dynamodb = _client(client)
+    try:
+        dynamodb.update_item(
+            TableName=table_name,
+            Key=serialize({names.RUNS_PK: dataset, names.RUNS_SK: run_id}),
+            UpdateExpression="ADD #training :training, #billable :billable, #timed :job",
+            ConditionExpression="attribute_exists(#sk) AND NOT contains(#timed, :name)",
+            ExpressionAttributeNames={
+                "#training": "training_seconds",
+                "#billable": "billable_seconds",
+                "#timed": "timed_jobs",
+                "#sk": names.RUNS_SK,
+            },
+            ExpressionAttributeValues={
+                **serialize(
+                    {":training": training_seconds, ":billable": billable_seconds, ":name": training_job}
+                ),
+                ":job": {"SS": [training_job]},
+            },
+        )
+    except dynamodb.exceptions.ConditionalCheckFailedException:
+        return False
+    return True

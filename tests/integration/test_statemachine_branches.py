@@ -179,10 +179,19 @@ class ScriptedSageMaker:
             for r in self.jobs[name]["ranges"].get(kind, [])
         }
         tuned.update({"lr": "0.05", "optimizer": '"adamw"', "weight-decay": "0.0001"})
+        trials = len(self.jobs[name]["trials"])
+        counters = {
+            "Completed": trials,
+            "InProgress": 0,
+            "RetryableError": 0,
+            "NonRetryableError": 0,
+            "Stopped": 0,
+        }
         return {
             "HyperParameterTuningJobName": name,
             "HyperParameterTuningJobStatus": "Completed",
             "CreationTime": EPOCH,
+            "TrainingJobStatusCounters": counters,
             "BestTrainingJob": {
                 "TrainingJobName": best,
                 "TunedHyperParameters": tuned,
@@ -557,6 +566,18 @@ def test_success_imports_tunes_trains_checks_evaluates_registers_and_finalizes(h
     [training] = harness.sagemaker.requests["training"]
     assert record["final_training_job"] == training["TrainingJobName"]
     assert training["HyperParameters"]["lr"] == "0.05" and training["HyperParameters"]["epochs"] == "2"
+    # AND checkpoints to a prefix of its own, so it downloads none of the trials' checkpoints when it
+    # starts, under the keys its trainer writes (LocalPath/<host>/ckpt-<step>.pt)
+    trials_uri = definition["CheckpointConfig"]["S3Uri"]
+    own = training["CheckpointConfig"]
+    assert own["S3Uri"] == trials_uri + training["TrainingJobName"] + "/"
+    trainer = container.resolve_paths(
+        {container.JOB_NAME_ENV: training["TrainingJobName"]}
+    ).job_checkpoint_dir
+    key = own["S3Uri"].partition(f"s3://{harness.aws.artifact_bucket}/")[2] + str(
+        (trainer / container.checkpoint_name(50)).relative_to(own["LocalPath"])
+    )
+    assert (match := names.CHECKPOINT_KEY_RE.match(key)) and match["job"] == training["TrainingJobName"]
     # AND the images are marked trained and the lock is released
     assert _pending(harness) == 0
     assert harness.lock() is None

@@ -4,7 +4,9 @@ SageMaker puts an ``aws.sagemaker`` event on the default bus each time a trainin
 job changes status; rules in the template react to them (checkpoint evaluations finishing, for one).
 :class:`JobEvents` stands in front of the SageMaker emulator (for Step Functions and the HTTP API alike),
 notes every job created through it, and a watcher thread describes those jobs and puts one event per
-status change, with the job's description as the detail and its tags as a map.
+status change, with the job's description as the detail and its tags as a map. The training jobs a
+tuning job launches are watched too, with the tuning job's tags ("Tags that you specify for the tuning
+job are also added to all training jobs that the tuning job launches", CreateHyperParameterTuningJob).
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ KINDS: Final[dict[str, tuple[str, str, str, str]]] = {
     ),
 }
 TERMINAL: Final = frozenset({"Completed", "Failed", "Stopped"})
+TRAINING: Final = "create_training_job"
+TUNING: Final = "create_hyper_parameter_tuning_job"
 
 
 def state_change_event(kind: str, description: dict[str, Any], tags: list[dict[str, str]]) -> dict[str, Any]:
@@ -70,6 +74,7 @@ class JobEvents:
         self._events = events_client
         self._poll = poll_seconds
         self._watched: dict[tuple[str, str], tuple[list[dict[str, str]], str | None]] = {}
+        self._trials: set[str] = set()  # tuning trials ever watched (an ended one is not watched again)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="sagemaker-events")
@@ -97,8 +102,31 @@ class JobEvents:
             self._thread.join(10.0)
         self.publish_changes()
 
+    def _watch_trials(self) -> None:
+        """Watch the trials the watched tuning jobs launched since the last look (each once)."""
+        with self._lock:
+            tuning = [(job, tags) for (kind, job), (tags, _) in self._watched.items() if kind == TUNING]
+        for job, tags in tuning:
+            request: dict[str, Any] = {"HyperParameterTuningJobName": job, "MaxResults": 100}
+            while True:
+                try:
+                    page = self._service.list_training_jobs_for_hyper_parameter_tuning_job(**request)
+                except Exception:
+                    LOG.exception("listing the trials of tuning job %s for their state-change events", job)
+                    break
+                with self._lock:
+                    for summary in page.get("TrainingJobSummaries", []):
+                        trial = str(summary["TrainingJobName"])
+                        if trial not in self._trials:
+                            self._trials.add(trial)
+                            self._watched[(TRAINING, trial)] = (list(tags), None)
+                if not page.get("NextToken"):
+                    break
+                request["NextToken"] = page["NextToken"]
+
     def publish_changes(self) -> int:
         """Describe every watched job once and put an event for each changed status; how many."""
+        self._watch_trials()
         with self._lock:
             watched = list(self._watched.items())
         sent = 0

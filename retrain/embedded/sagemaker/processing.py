@@ -13,7 +13,14 @@ from typing import Any
 
 from retrain.embedded.sagemaker.container import Container, ContainerSpec, job_spec
 from retrain.embedded.sagemaker.logs import PROCESSING_LOG_GROUP, LogShipper, log_stream_name
-from retrain.embedded.sagemaker.s3io import S3Uri, download_manifest, download_prefix, upload_tree
+from retrain.embedded.sagemaker.s3io import (
+    InsufficientDiskError,
+    S3Uri,
+    Volume,
+    download_manifest,
+    download_prefix,
+    upload_tree,
+)
 from retrain.embedded.sagemaker.training import (
     POLL_SECONDS,
     JobContext,
@@ -96,16 +103,27 @@ class ProcessingRun:
         resource = {"current_host": contract.DEFAULT_HOST, "hosts": [contract.DEFAULT_HOST]}
         (config / "resourceconfig.json").write_text(json.dumps(resource), encoding="utf-8")
         (self.base / "output").mkdir(parents=True, exist_ok=True)
+        cluster = (self.request.get("ProcessingResources") or {}).get("ClusterConfig") or {}
+        size_gb = int(cluster.get("VolumeSizeInGB") or 0)
+        volume = Volume(size_gb) if size_gb > 0 else None
         for item in self.request.get("ProcessingInputs") or []:
             s3 = item["S3Input"]
             target = rewrite_local_path(s3["LocalPath"], self.base)
             target.mkdir(parents=True, exist_ok=True)
             uri = S3Uri.parse(s3["S3Uri"])
+            # File mode copies the input to the ML storage volume (Pipe streams it).
+            on_volume = volume if s3.get("S3InputMode", "File") == "File" else None
             try:
                 if s3.get("S3DataType", "S3Prefix") == "ManifestFile":
-                    count = download_manifest(self.ctx.s3, uri, target)
+                    count = download_manifest(self.ctx.s3, uri, target, on_volume)
                 else:
-                    count = download_prefix(self.ctx.s3, uri, target, self.ctx.input_cache)
+                    count = download_prefix(self.ctx.s3, uri, target, self.ctx.input_cache, on_volume)
+            except InsufficientDiskError as exc:
+                raise JobFailedError(
+                    "ClientError: Data download failed:Insufficient disk space "
+                    f"(input {item['InputName']!r}: {exc}). "
+                    "Give the job a larger ClusterConfig.VolumeSizeInGB."
+                ) from exc
             except Exception as exc:
                 raise JobFailedError(
                     f"ClientError: downloading input {item['InputName']!r} from {uri} failed: {exc}"

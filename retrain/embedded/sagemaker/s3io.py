@@ -39,6 +39,31 @@ class S3Uri:
         return f"s3://{self.bucket}/{self.key}"
 
 
+GIB = 1024**3
+
+
+class InsufficientDiskError(Exception):
+    """A job's File-mode inputs do not fit its ML storage volume."""
+
+
+@dataclass
+class Volume:
+    """The ML storage volume (ResourceConfig/ClusterConfig VolumeSizeInGB) that SageMaker copies a job's
+    File-mode inputs to: what does not fit fails the job before it runs."""
+
+    size_gb: int
+    used: int = 0
+
+    def take(self, size: int, what: str) -> None:
+        capacity = self.size_gb * GIB
+        if self.used + size > capacity:
+            raise InsufficientDiskError(
+                f"{what} needs {size} bytes but {capacity - self.used} of the job's {self.size_gb} GB volume "
+                "are free"
+            )
+        self.used += size
+
+
 def list_objects(s3: S3Client, uri: S3Uri) -> list[ObjectTypeDef]:
     objects: list[ObjectTypeDef] = []
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=uri.bucket, Prefix=uri.key):
@@ -46,11 +71,17 @@ def list_objects(s3: S3Client, uri: S3Uri) -> list[ObjectTypeDef]:
     return objects
 
 
-def download_prefix(s3: S3Client, uri: S3Uri, target: Path, cache: InputCache | None = None) -> int:
+def download_prefix(
+    s3: S3Client, uri: S3Uri, target: Path, cache: InputCache | None = None, volume: Volume | None = None
+) -> int:
     """Copy every object whose key starts with the prefix to `target`, as SageMaker's S3Prefix does:
-    the local path is the key with the prefix removed (an exact object key keeps its file name)."""
+    the local path is the key with the prefix removed (an exact object key keeps its file name). With a
+    `volume`, the objects' bytes are taken from it first (InsufficientDiskError when they do not fit)."""
     count = 0
-    for obj in list_objects(s3, uri):
+    objects = list_objects(s3, uri)
+    if volume is not None:
+        volume.take(sum(int(obj.get("Size", 0)) for obj in objects), str(uri))
+    for obj in objects:
         key = obj["Key"]
         if key.endswith("/"):
             continue
@@ -65,8 +96,9 @@ def download_prefix(s3: S3Client, uri: S3Uri, target: Path, cache: InputCache | 
     return count
 
 
-def download_manifest(s3: S3Client, uri: S3Uri, target: Path) -> int:
-    """A ManifestFile channel: [{"prefix": "s3://b/p/"}, "rel/key", ...] -> target/rel/key."""
+def download_manifest(s3: S3Client, uri: S3Uri, target: Path, volume: Volume | None = None) -> int:
+    """A ManifestFile channel: [{"prefix": "s3://b/p/"}, "rel/key", ...] -> target/rel/key; with a
+    `volume`, each file's bytes are taken from it."""
     body = s3.get_object(Bucket=uri.bucket, Key=uri.key)["Body"].read()
     try:
         entries: Any = json.loads(body)
@@ -80,6 +112,8 @@ def download_manifest(s3: S3Client, uri: S3Uri, target: Path) -> int:
         dest = target / str(rel).strip("/")
         dest.parent.mkdir(parents=True, exist_ok=True)
         get_file(s3, key.bucket, key.key, dest)
+        if volume is not None:
+            volume.take(dest.stat().st_size, str(key))
     return len(entries) - 1
 
 

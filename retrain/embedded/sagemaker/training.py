@@ -33,7 +33,9 @@ from retrain.embedded.sagemaker.logs import (
     log_stream_name,
 )
 from retrain.embedded.sagemaker.s3io import (
+    InsufficientDiskError,
     S3Uri,
+    Volume,
     download_manifest,
     download_prefix,
     tar_directory,
@@ -178,10 +180,11 @@ def drop_instance_files(job_dir: Path) -> None:
 
 
 def checkpoint_steps(root: Path, job_name: str) -> list[int]:
-    """Steps of this job's checkpoints found under a checkpoint directory."""
+    """Steps of this job's checkpoints found under a checkpoint directory (the local path of a job with
+    a prefix of its own is /opt/ml/checkpoints/<job>: its files are matched by their whole path)."""
     steps = []
     for path in root.rglob(f"{contract.CHECKPOINT_PREFIX}*{contract.CHECKPOINT_SUFFIX}"):
-        match = CHECKPOINT_PATTERN.search(path.relative_to(root).as_posix())
+        match = CHECKPOINT_PATTERN.search(path.as_posix())
         if match and match.group("job") == job_name:
             steps.append(int(match.group("step")))
     return sorted(steps)
@@ -189,7 +192,9 @@ def checkpoint_steps(root: Path, job_name: str) -> list[int]:
 
 class CheckpointSync:
     """Uploads files of the local checkpoint directory once they stop changing, as SageMaker's agent
-    does while the job runs; a final sync uploads whatever is there."""
+    does while the job runs, and deletes the S3 copy of a file the job deleted ("If a checkpoint is
+    deleted in the SageMaker container, it will also be deleted in the S3 folder", Use checkpoints in
+    Amazon SageMaker); a final sync does both for whatever is left."""
 
     def __init__(self, s3: S3Client, local: Path, remote: S3Uri) -> None:
         self.s3 = s3
@@ -201,6 +206,8 @@ class CheckpointSync:
     def restore(self) -> int:
         shutil.rmtree(self.local, ignore_errors=True)
         self.local.mkdir(parents=True, exist_ok=True)
+        self._seen.clear()
+        self._uploaded.clear()
         count = download_prefix(self.s3, self.remote, self.local)
         for path in self.local.rglob("*"):
             if path.is_file():
@@ -227,7 +234,19 @@ class CheckpointSync:
         upload_file(self.s3, path, self.remote.join(path.relative_to(self.local).as_posix()))
         self._uploaded[path] = signature
 
+    def deleted_files(self) -> list[Path]:
+        """Files synced to S3 that the job has deleted since."""
+        return sorted(path for path in self._uploaded if not path.exists())
+
+    def delete(self, path: Path) -> None:
+        remote = self.remote.join(path.relative_to(self.local).as_posix())
+        self.s3.delete_object(Bucket=remote.bucket, Key=remote.key)
+        self._uploaded.pop(path, None)
+        self._seen.pop(path, None)
+
     def final(self) -> None:
+        for path in self.deleted_files():
+            self.delete(path)
         for path in sorted(p for p in self.local.rglob("*") if p.is_file()):
             if self._uploaded.get(path) != _signature(path):
                 self.upload(path)
@@ -456,8 +475,15 @@ class TrainingRun:
         }
 
     def _download_channels(self) -> None:
+        """The channels onto the instance; File-mode S3 channels are copied to the ML storage volume and
+        fail the job when they do not fit it, as SageMaker's download does (FastFile streams, FSx is
+        mounted: neither takes the volume's space)."""
+        size_gb = int(self.request["ResourceConfig"].get("VolumeSizeInGB") or 0)
+        volume = Volume(size_gb) if size_gb > 0 else None
+        default_mode = self.request["AlgorithmSpecification"].get("TrainingInputMode", "File")
         for channel in self.request.get("InputDataConfig") or []:
             name = channel["ChannelName"]
+            on_volume = volume if channel.get("InputMode", default_mode) == "File" else None
             target = self.tree["data"] / name
             source = channel["DataSource"]
             try:
@@ -480,9 +506,9 @@ class TrainingRun:
                 uri = S3Uri.parse(s3["S3Uri"])
                 target.mkdir(parents=True, exist_ok=True)
                 if s3.get("S3DataType", "S3Prefix") == "ManifestFile":
-                    count = download_manifest(self.ctx.s3, uri, target)
+                    count = download_manifest(self.ctx.s3, uri, target, on_volume)
                 else:
-                    count = download_prefix(self.ctx.s3, uri, target, self.ctx.input_cache)
+                    count = download_prefix(self.ctx.s3, uri, target, self.ctx.input_cache, on_volume)
                 if count == 0:
                     raise JobFailedError(
                         "ClientError: Data download failed:No S3 objects found under S3 URL "
@@ -491,6 +517,11 @@ class TrainingRun:
                     )
             except JobFailedError:
                 raise
+            except InsufficientDiskError as exc:
+                raise JobFailedError(
+                    f"ClientError: Data download failed:Insufficient disk space (channel {name!r}: {exc}). "
+                    "Give the job a larger ResourceConfig.VolumeSizeInGB."
+                ) from exc
             except Exception as exc:
                 reason = f"ClientError: Data download failed for channel {name!r}: {exc}"
                 raise JobFailedError(reason) from exc
@@ -629,6 +660,8 @@ class TrainingRun:
         for path in self.checkpoint_sync.stable_new_files():
             self.checkpoint_sync.upload(path)
             watch.new_checkpoints += int(CHECKPOINT_PATTERN.search(path.as_posix()) is not None)
+        for path in self.checkpoint_sync.deleted_files():
+            self.checkpoint_sync.delete(path)
 
     def _stop_due(self, elapsed: float) -> str | None:
         """The secondary status the job stops with now (a StopTrainingJob, a time limit), if any."""
@@ -668,7 +701,7 @@ class TrainingRun:
         for path in self.checkpoint_sync.local.rglob(
             f"{contract.CHECKPOINT_PREFIX}*{contract.CHECKPOINT_SUFFIX}"
         ):
-            match = CHECKPOINT_PATTERN.search(path.relative_to(self.checkpoint_sync.local).as_posix())
+            match = CHECKPOINT_PATTERN.search(path.as_posix())
             if match and match.group("job") == self.name:
                 found.append((int(match.group("step")), path))
         return [path for _, path in sorted(found)]

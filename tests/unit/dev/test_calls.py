@@ -365,16 +365,18 @@ def test_a_module_that_does_not_parse_is_an_extraction_error(tmp_path):
 # --- The real handlers ---------------------------------------------------------------------------------
 
 
-def test_best_candidate_updates_both_tables_and_reads_the_tuning_trials():
+def test_best_candidate_updates_both_tables_and_reads_the_tuning_job():
     # GIVEN the best_candidate handler
     # WHEN its calls are extracted
     calls = handler_calls(FUNCTIONS, "controller.best_candidate.handler")
 
-    # THEN it writes last_tuning_job to the data set table and the run through runs.update_run
+    # THEN it writes last_tuning_job to the data set table, and the run through runs.update_run and the
+    # trial times through runs.add_job_time
     assert _find(calls, "dynamodb", "UpdateItem", TableName=Env("DATASETS_TABLE"))
-    (update_run,) = _find(calls, "dynamodb", "UpdateItem", TableName=Env("RUNS_TABLE"))
-    assert update_run.chain[-1] == "controller.runs.update_run"
-    # AND it lists and describes the trials
+    updates = _find(calls, "dynamodb", "UpdateItem", TableName=Env("RUNS_TABLE"))
+    assert {u.chain[-1] for u in updates} == {"controller.runs.update_run", "controller.runs.add_job_time"}
+    # AND it describes the tuning job, and lists and describes the trials its end events did not count
+    assert _find(calls, "sagemaker", "DescribeHyperParameterTuningJob")
     assert _find(calls, "sagemaker", "ListTrainingJobsForHyperParameterTuningJob")
     assert _find(calls, "sagemaker", "DescribeTrainingJob")
 

@@ -66,3 +66,64 @@ def test_other_calls_pass_through_unwatched() -> None:
 
     assert proxy.stop_processing_job(ProcessingJobName="x") == {}
     assert proxy.publish_changes() == 0
+
+
+class _Tuning:
+    """A tuning job that launches its trials one at a time, listed 1 per page."""
+
+    def __init__(self) -> None:
+        self.status = "InProgress"
+        self.trials: dict[str, str] = {}
+
+    def create_hyper_parameter_tuning_job(self, **request: Any) -> dict[str, Any]:
+        arn = "arn:aws:sagemaker:us-east-1:123456789012:hyper-parameter-tuning-job/t"
+        return {"HyperParameterTuningJobArn": arn}
+
+    def describe_hyper_parameter_tuning_job(self, **request: Any) -> dict[str, Any]:
+        return {"HyperParameterTuningJobName": "t", "HyperParameterTuningJobStatus": self.status}
+
+    def list_training_jobs_for_hyper_parameter_tuning_job(self, **request: Any) -> dict[str, Any]:
+        names = sorted(self.trials)
+        start = int(request.get("NextToken") or 0)
+        page = names[start : start + 1]
+        more = start + 1 < len(names)
+        return {
+            "TrainingJobSummaries": [{"TrainingJobName": n} for n in page],
+            **({"NextToken": str(start + 1)} if more else {}),
+        }
+
+    def describe_training_job(self, **request: Any) -> dict[str, Any]:
+        name = request["TrainingJobName"]
+        return {"TrainingJobName": name, "TrainingJobStatus": self.trials[name]}
+
+
+def test_the_trials_of_a_tuning_job_send_their_state_changes_with_the_tuning_jobs_tags() -> None:
+    # GIVEN a tuning job tagged with its run, created through the proxy
+    tuning, events = _Tuning(), _Events()
+    proxy = JobEvents(tuning, events)
+    proxy.create_hyper_parameter_tuning_job(
+        HyperParameterTuningJobName="t", Tags=[{"Key": "retrain:run-id", "Value": "flowers-00001"}]
+    )
+    # WHEN its first trial runs, then a second, both end, and the tuning job ends
+    tuning.trials["t-001"] = "InProgress"
+    proxy.publish_changes()
+    tuning.trials["t-002"] = "InProgress"
+    proxy.publish_changes()
+    tuning.trials.update({"t-001": "Completed", "t-002": "Stopped"})
+    tuning.status = "Completed"
+    proxy.publish_changes()
+    proxy.publish_changes()
+
+    # THEN each trial's status changes are events carrying the tuning job's tags, each sent once
+    trials = [
+        json.loads(e["Detail"])
+        for e in events.entries
+        if e["DetailType"] == "SageMaker Training Job State Change"
+    ]
+    assert [(d["TrainingJobName"], d["TrainingJobStatus"]) for d in trials] == [
+        ("t-001", "InProgress"),
+        ("t-002", "InProgress"),
+        ("t-001", "Completed"),
+        ("t-002", "Stopped"),
+    ]
+    assert all(d["Tags"] == {"retrain:run-id": "flowers-00001"} for d in trials)

@@ -48,6 +48,10 @@ def moto_aws(config: dict[str, Any] | None = None) -> Iterator[Aws]:
         )
         aws.s3.create_bucket(Bucket=aws.data_bucket)
         aws.s3.create_bucket(Bucket=aws.artifact_bucket)
+        # as template.yaml's ArtifactBucket
+        aws.s3.put_bucket_versioning(
+            Bucket=aws.artifact_bucket, VersioningConfiguration={"Status": "Enabled"}
+        )
         create_tables(aws.dynamodb, aws)
         aws.topic_arn = aws.sns.create_topic(Name="retrain-notifications")["TopicArn"]
         role = boto3.client("iam", region_name=region).create_role(

@@ -89,17 +89,71 @@ def test_no_automatic_run_starts_during_the_backoff_after_a_failed_run(aws, conf
     assert (before.action, after.action) == ("not-due", "started")
 
 
-def test_a_run_holding_its_lock_too_long_is_reported_stuck(aws, config):
-    # GIVEN a lock taken at 10:00 and StuckRunSeconds of 12 hours
+def test_a_run_not_prepared_yet_is_stuck_once_its_lock_is_older_than_stuck_run_seconds(aws, config):
+    # GIVEN a lock taken at 10:00 by a run that has no deadline yet (Prepare has not run)
     datasets.acquire(
         "flowers", None, "2026-01-01T10:00:00Z", table_name=aws.datasets_table, client=aws.dynamodb
     )
-    # THEN it is stuck at 22:01 and not at 21:59
-    early = dispatch.stuck_runs(
-        now=T0 + timedelta(hours=11, minutes=59), config=config, dynamodb=aws.dynamodb
-    )
-    late = dispatch.stuck_runs(now=T0 + timedelta(hours=12, minutes=1), config=config, dynamodb=aws.dynamodb)
+    margin = timedelta(seconds=config.stuck_run_seconds)
+    # THEN it is stuck a minute after StuckRunSeconds and not a minute before
+    early = dispatch.stuck_runs(now=T0 + margin - timedelta(minutes=1), config=config, dynamodb=aws.dynamodb)
+    late = dispatch.stuck_runs(now=T0 + margin + timedelta(minutes=1), config=config, dynamodb=aws.dynamodb)
     assert (early, late) == ([], [("flowers", "flowers-00001")])
+
+
+# 8 spot trials, 2 at a time, each allowed 4 h with its waits for capacity, then a final spot job.
+LONG_RUN = {
+    "max_jobs": 8,
+    "parallel_jobs": 2,
+    "spot": True,
+    "max_runtime_seconds": 3 * 3600,
+    "max_wait_seconds": 4 * 3600,
+    "final_training": True,
+    "data_source": "s3",
+}
+
+
+def _prepare_at_t0(aws, config, events_dir, overrides):
+    from controller import prepare
+
+    _upload(aws, config, events_dir, "data/flowers/daisy/a.jpg")
+    _upload(aws, config, events_dir, "data/flowers/tulip/b.jpg", sequencer="0B")
+    event = {
+        "input": {"dataset": "flowers", "overrides": overrides},
+        "execution_name": "flowers-00001",
+        "execution_arn": "arn:aws:states:us-east-1:123456789012:execution:m:flowers-00001",
+    }
+    return prepare.prepare(event, config=config, dynamodb=aws.dynamodb, s3=aws.s3, now=T0)["run"]
+
+
+def test_a_runs_time_limits_are_its_trial_rounds_and_final_job_at_their_longest_wait(aws, config, events_dir):
+    from controller import deadline
+
+    # GIVEN the run of 8 spot trials, 2 at a time, 4 h MaxWait each, and a final job
+    run = _prepare_at_t0(aws, config, events_dir, LONG_RUN)
+    # THEN it may take the freezing job's hour, 4 rounds of trials and the final job, 4 h each
+    freeze = deadline.FREEZE_SECONDS
+    assert deadline.longest_seconds(run) == freeze + (4 + 1) * 4 * 3600
+    # AND on demand the runtime limit counts instead, and fixed hyperparameters skip the tuning
+    on_demand = {**run, "spot": False}
+    fixed = {**run, "fixed_hyperparameters": True}
+    assert deadline.longest_seconds(on_demand) == freeze + 5 * 3 * 3600
+    assert deadline.longest_seconds(fixed) == freeze + 4 * 3600
+
+
+def test_a_healthy_long_run_is_not_stuck_before_its_deadline(aws, config, events_dir):
+    # GIVEN the run of 8 spot trials, 2 at a time, 4 h MaxWait each, and a final job, prepared at 10:00
+    _prepare_at_t0(aws, config, events_dir, LONG_RUN)
+    limits = timedelta(hours=21) + timedelta(seconds=config.stuck_run_seconds)  # the freezing job's hour too
+    # WHEN the stuck check looks 13 h later (past the old fixed 12 h), just before and just after its limits
+    seen = [
+        dispatch.stuck_runs(now=T0 + after, config=config, dynamodb=aws.dynamodb)
+        for after in (timedelta(hours=13), limits - timedelta(minutes=1), limits + timedelta(minutes=1))
+    ]
+    # THEN it is stuck only once it outlived its limits by StuckRunSeconds
+    assert seen == [[], [], [("flowers", "flowers-00001")]]
+    record = runs.get_run("flowers", "flowers-00001", table_name=aws.runs_table, client=aws.dynamodb)
+    assert record is not None and dispatch.parse_time(record["deadline"]) == T0 + limits
 
 
 def test_the_scheduled_handler_reads_its_configuration_from_the_environment(aws, monkeypatch, events_dir):

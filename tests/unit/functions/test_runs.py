@@ -68,7 +68,7 @@ def test_checkpoint_evaluations_accumulate_as_a_curve(aws):
     for step, top1 in ((50, 0.4), (100, 0.6)):
         point: runs.CheckpointEvaluation = {"step": step, "top1": top1, "status": "Completed"}
         runs.append_checkpoint_evaluation(
-            "flowers", "flowers-0001", point, table_name=aws.runs_table, client=aws.dynamodb
+            "flowers", "flowers-0001", point, limit=2, table_name=aws.runs_table, client=aws.dynamodb
         )
     # THEN the run holds both points in order
     got = runs.get_run("flowers", "flowers-0001", table_name=aws.runs_table, client=aws.dynamodb)

@@ -249,6 +249,8 @@ def test_every_nth_checkpoint_of_a_running_job_starts_an_evaluation(aws, config)
     )
     prefix = names.checkpoint_prefix("flowers", "flowers-00001") + "job-1/algo-1/"
     # WHEN four checkpoints are written
+    for step in (50, 100, 150, 200):
+        aws.s3.put_object(Bucket=aws.artifact_bucket, Key=f"{prefix}ckpt-{step:09d}.pt", Body=b"weights")
     actions = [
         checkpoint_eval.evaluate_checkpoints(
             _checkpoint_event(aws, f"{prefix}ckpt-{step:09d}.pt"),

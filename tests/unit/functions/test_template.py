@@ -271,6 +271,29 @@ def test_the_checkpoint_rules_match_checkpoints_and_tagged_evaluation_jobs_only(
     assert matches(done, _event("SageMaker Processing Job State Change", "aws.sagemaker", tagged))
     assert not matches(done, _event("SageMaker Processing Job State Change", "aws.sagemaker", untagged))
     assert not matches(done, _event("SageMaker Processing Job State Change", "aws.sagemaker", running))
+    # AND a checkpoint's copy (what an evaluation reads) starts no evaluation of its own
+    copy = {
+        "bucket": {"name": "artifacts"},
+        "object": {"key": names.checkpoint_copy_key("flowers", "r", "job", 50)},
+    }
+    assert not matches(checkpoints, _event("Object Created", "aws.s3", copy))
+
+
+def test_the_ended_jobs_rule_matches_ended_training_jobs_of_a_run_only(template):
+    from moto.events.models import EventPattern
+
+    rule = template["Resources"]["CheckpointEvaluationFunction"]["Properties"]["Events"]["TrainingJobsEnded"]
+    pattern = EventPattern.load(json.dumps(rule["Properties"]["Pattern"]))
+
+    def ended(status: str, tags: dict[str, str]) -> bool:
+        detail = {"TrainingJobName": "tune-001", "TrainingJobStatus": status, "Tags": tags}
+        event = _event("SageMaker Training Job State Change", "aws.sagemaker", detail)
+        return bool(pattern.matches_event(json.loads(event)))
+
+    of_a_run = {names.TAG_DATASET: "flowers", names.TAG_RUN_ID: "flowers-00001"}
+    assert all(ended(status, of_a_run) for status in ("Completed", "Failed", "Stopped"))
+    assert not ended("InProgress", of_a_run)
+    assert not ended("Completed", {})
 
 
 def test_the_readme_documents_every_parameter_with_the_templates_default(template):

@@ -156,7 +156,10 @@ def _s3(operation: str, params: Mapping[str, Any], scope: Scope) -> list[Access]
             action = _S3_VERSIONED.get(action, action)
         return [Access(action, obj(str(params["Key"])))]
     if operation == "DeleteObjects":
-        items = (params.get("Delete") or {}).get("Objects", [])
+        delete = params.get("Delete") or {}
+        if not isinstance(delete, Mapping):  # the keys are known only at run time (a static check)
+            return [Access("s3:DeleteObject", obj(str(delete)))]
+        items = delete.get("Objects", [])
         return [
             Access("s3:DeleteObjectVersion" if i.get("VersionId") else "s3:DeleteObject", obj(str(i["Key"])))
             for i in items

@@ -1,8 +1,9 @@
 """A stand-in training program under the container contract, fast enough for unit tests.
 
 It "trains" by counting steps: resumes from its newest checkpoint, writes checkpoints atomically
-every --checkpoint-every-steps, prints contract metric lines (val-accuracy peaks at lr=0.05), on
-SIGTERM checkpoints and exits with INTERRUPTED_EXIT_CODE, and with --fail writes the failure file.
+every --checkpoint-every-steps (keeping the newest --keep-checkpoints, when given), prints contract
+metric lines (val-accuracy peaks at lr=0.05), on SIGTERM checkpoints and exits with
+INTERRUPTED_EXIT_CODE, and with --fail writes the failure file.
 """
 
 from __future__ import annotations
@@ -28,11 +29,17 @@ def ignore_stop(signum: int, frame: object) -> None:
     print("SIGTERM received: ignored", flush=True)
 
 
-def save(directory: Path, step: int) -> None:
+def save(directory: Path, step: int, keep: int = 0) -> None:
+    """Write the checkpoint of `step`; with `keep`, delete all but the newest `keep` (as train.py prunes)."""
     directory.mkdir(parents=True, exist_ok=True)
     tmp = directory / f".tmp-{step}"
     tmp.write_text(json.dumps({"step": step}) + "x" * 2000, encoding="utf-8")
     os.replace(tmp, directory / contract.checkpoint_name(step))
+    if keep:
+        for old in sorted(directory.glob(f"{contract.CHECKPOINT_PREFIX}*{contract.CHECKPOINT_SUFFIX}"))[
+            :-keep
+        ]:
+            old.unlink()
 
 
 def newest(directory: Path) -> int:
@@ -51,6 +58,7 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--steps-per-epoch", type=int, default=4)
     parser.add_argument("--checkpoint-every-steps", type=int, default=2)
+    parser.add_argument("--keep-checkpoints", type=int, default=0)
     parser.add_argument("--step-seconds", type=float, default=0.05)
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--optimizer", default="sgd")
@@ -93,9 +101,9 @@ def main() -> int:
                 flush=True,
             )
         if args.checkpoint_every_steps and step % args.checkpoint_every_steps == 0:
-            save(store, step)
+            save(store, step, args.keep_checkpoints)
         if STOP["requested"]:
-            save(store, step)
+            save(store, step, args.keep_checkpoints)
             print(f"interrupted at step {step}", flush=True)
             return contract.INTERRUPTED_EXIT_CODE
     paths.model_dir.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,243 @@
+"""Checkpoint evaluations and ended training jobs (checkpoint_eval.py, job_ended.py), against moto."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent
+from botocore.exceptions import ClientError
+
+from controller import checkpoint_eval, names, runs
+from retrain_contract import container
+
+DATASET, RUN = "flowers", "flowers-00001"
+
+
+def _running_run(aws: Any) -> None:
+    runs.put_run(
+        {"dataset": DATASET, "run_id": RUN, "status": "RUNNING"},
+        table_name=aws.runs_table,
+        client=aws.dynamodb,
+    )
+
+
+def _config(config: Any, *, every: int = 1, most: int = 20) -> Any:
+    return dataclasses.replace(
+        config,
+        checkpoint_eval_every=every,
+        checkpoint_eval_max_per_run=most,
+        settings={**config.settings, "training_image": "img", "evaluation_instance_type": "ml.m5.large"},
+    )
+
+
+def _write_checkpoint(aws: Any, job: str, step: int, body: bytes = b"weights") -> EventBridgeEvent:
+    """A checkpoint object as SageMaker syncs it, and S3's Object Created event for it."""
+    key = f"{names.job_checkpoint_prefix(DATASET, RUN, job)}algo-1/{container.checkpoint_name(step)}"
+    put = aws.s3.put_object(Bucket=aws.artifact_bucket, Key=key, Body=body)
+    detail = {"key": key, "size": len(body), "version-id": put["VersionId"]}
+    return EventBridgeEvent(
+        {
+            "detail-type": "Object Created",
+            "source": "aws.s3",
+            "detail": {"bucket": {"name": aws.artifact_bucket}, "object": detail},
+        }
+    )
+
+
+def _handle(event: EventBridgeEvent, aws: Any, config: Any, sagemaker: Any = None) -> dict[str, Any]:
+    return checkpoint_eval.evaluate_checkpoints(
+        event, config=config, dynamodb=aws.dynamodb, sagemaker=sagemaker or aws.sagemaker, s3=aws.s3
+    )
+
+
+def _record(aws: Any) -> runs.RunRecord:
+    record = runs.get_run(DATASET, RUN, table_name=aws.runs_table, client=aws.dynamodb)
+    assert record is not None
+    return record
+
+
+def test_a_checkpoint_the_trainer_pruned_before_its_evaluation_started_is_evaluated_from_a_copy(aws, config):
+    # GIVEN a running run and a checkpoint whose Object Created event is on its way
+    _running_run(aws)
+    event = _write_checkpoint(aws, "job-1", 100, b"the weights of step 100")
+    key = event.detail["object"]["key"]
+    # AND the trainer pruned it meanwhile (SageMaker deletes the S3 copy of a deleted checkpoint)
+    aws.s3.delete_object(Bucket=aws.artifact_bucket, Key=key)
+    # WHEN the event is handled
+    result = _handle(event, aws, _config(config))
+    # THEN the evaluation started, reading a copy outside the checkpoint prefix with the checkpoint's bytes
+    assert result["action"] == "started"
+    job = aws.sagemaker.describe_processing_job(ProcessingJobName=result["job"])
+    (model,) = [i for i in job["ProcessingInputs"] if i["InputName"] == container.EVALUATION_INPUT_MODEL]
+    copy = names.checkpoint_copy_key(DATASET, RUN, "job-1", 100)
+    assert model["S3Input"]["S3Uri"] == f"s3://{aws.artifact_bucket}/{copy}"
+    assert not copy.startswith(names.CHECKPOINTS_PREFIX)
+    body = aws.s3.get_object(Bucket=aws.artifact_bucket, Key=copy)["Body"].read()
+    assert body == b"the weights of step 100"
+
+
+def test_a_checkpoint_gone_for_good_is_skipped_and_gives_its_place_back(aws, config):
+    # GIVEN a running run whose only evaluation place is free, and a checkpoint event with no such version
+    _running_run(aws)
+    event = _write_checkpoint(aws, "job-1", 100)
+    event.raw_event["detail"]["object"]["version-id"] = "no-such-version"
+    cfg = _config(config, most=1)
+    # WHEN it is handled, then a later checkpoint
+    gone = _handle(event, aws, cfg)
+    later = _handle(_write_checkpoint(aws, "job-1", 200), aws, cfg)
+    # THEN the first is skipped with why, and the later one still gets the run's one evaluation
+    assert gone["action"] == "skipped" and "gone" in gone["reason"]
+    assert later["action"] == "started"
+    assert _record(aws)["checkpoint_evaluations_started"] == 1
+
+
+def test_a_run_starts_at_most_checkpoint_evaluation_max_per_run_jobs(aws, config):
+    # GIVEN a running run allowed 3 checkpoint evaluations, each checkpoint due for one
+    _running_run(aws)
+    cfg = _config(config, every=1, most=3)
+    # WHEN three trials write three checkpoints each
+    actions = [
+        _handle(_write_checkpoint(aws, f"job-{trial}", step), aws, cfg)
+        for trial in (1, 2, 3)
+        for step in (100, 200, 300)
+    ]
+    # THEN three evaluations start and the other six are skipped, naming the parameter
+    assert [a["action"] for a in actions].count("started") == 3
+    skipped = [a for a in actions if a["action"] == "skipped"]
+    assert len(skipped) == 6 and all("CheckpointEvaluationMaxPerRun" in a["reason"] for a in skipped)
+    assert len(aws.sagemaker.list_processing_jobs()["ProcessingJobSummaries"]) == 3
+    assert _record(aws)["checkpoint_evaluations_started"] == 3
+
+
+class _QuotaFull:
+    """SageMaker whose account has no Processing job left (ResourceLimitExceeded), else moto's."""
+
+    def __init__(self, sagemaker: Any) -> None:
+        self._sagemaker = sagemaker
+
+    def create_processing_job(self, **request: Any) -> dict[str, Any]:
+        error = {"Code": "ResourceLimitExceeded", "Message": "The account-level service limit was exceeded"}
+        raise ClientError({"Error": error}, "CreateProcessingJob")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sagemaker, name)
+
+
+def test_a_full_processing_quota_leaves_the_checkpoint_unevaluated_and_the_place_free(aws, config):
+    # GIVEN a running run and an account whose Processing quota is full
+    _running_run(aws)
+    # WHEN a checkpoint is due for evaluation
+    result = _handle(_write_checkpoint(aws, "job-1", 100), aws, _config(config), _QuotaFull(aws.sagemaker))
+    # THEN no job starts, the handler says why instead of failing (a retry would count it twice), and
+    # the run's count is given back
+    assert result["action"] == "not-started" and "ResourceLimitExceeded" in result["reason"]
+    assert _record(aws)["checkpoint_evaluations_started"] == 0
+
+
+def _evaluation_failed(step: int) -> EventBridgeEvent:
+    return EventBridgeEvent(
+        {
+            "detail-type": "SageMaker Processing Job State Change",
+            "source": "aws.sagemaker",
+            "detail": {
+                "ProcessingJobName": checkpoint_eval.job_name("job-1", step),
+                "ProcessingJobStatus": "Failed",
+                "Tags": {
+                    names.TAG_DATASET: DATASET,
+                    names.TAG_RUN_ID: RUN,
+                    names.TAG_CHECKPOINT_STEP: str(step),
+                    names.TAG_TRAINING_JOB: "job-1",
+                },
+            },
+        }
+    )
+
+
+def test_the_runs_curve_holds_at_most_checkpoint_evaluation_max_per_run_points(aws, config):
+    # GIVEN a running run allowed 3 checkpoint evaluations
+    _running_run(aws)
+    cfg = _config(config, most=3)
+    # WHEN five evaluations end (failures too, and repeated deliveries of an event)
+    results = [_handle(_evaluation_failed(step), aws, cfg) for step in (100, 200, 300, 300, 400)]
+    # THEN the record keeps three points and says the others were not recorded
+    assert [r["action"] for r in results] == ["recorded"] * 3 + ["not-recorded"] * 2
+    assert [p["step"] for p in _record(aws)["checkpoint_evaluations"]] == [100, 200, 300]
+
+
+class _Trials:
+    """DescribeTrainingJob of tuning trials as SageMaker answers it, else moto's SageMaker."""
+
+    def __init__(self, sagemaker: Any, seconds: dict[str, tuple[int, int]]) -> None:
+        self._sagemaker = sagemaker
+        self.seconds = seconds
+        self.described: list[str] = []
+
+    def describe_training_job(self, TrainingJobName: str) -> dict[str, Any]:  # noqa: N803 (boto3's name)
+        self.described.append(TrainingJobName)
+        training, billable = self.seconds[TrainingJobName]
+        return {
+            "TrainingJobName": TrainingJobName,
+            "TrainingJobStatus": "Completed",
+            "TuningJobArn": "arn:aws:sagemaker:us-east-1:123456789012:hyper-parameter-tuning-job/tune",
+            "TrainingTimeInSeconds": training,
+            "BillableTimeInSeconds": billable,
+        }
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sagemaker, name)
+
+
+def _job_ended(job: str, status: str = "Completed") -> EventBridgeEvent:
+    return EventBridgeEvent(
+        {
+            "detail-type": "SageMaker Training Job State Change",
+            "source": "aws.sagemaker",
+            "detail": {
+                "TrainingJobName": job,
+                "TrainingJobStatus": status,
+                "Tags": {names.TAG_DATASET: DATASET, names.TAG_RUN_ID: RUN},
+            },
+        }
+    )
+
+
+def _checkpoint_keys(aws: Any) -> list[str]:
+    listed = aws.s3.list_objects_v2(Bucket=aws.artifact_bucket, Prefix=names.checkpoint_prefix(DATASET, RUN))
+    return sorted(o["Key"] for o in listed.get("Contents", []))
+
+
+def test_an_ended_trial_drops_its_checkpoints_so_later_trials_do_not_download_them(aws, config):
+    # GIVEN two trials of the run's tuning job with checkpoints under the trials' shared prefix
+    _running_run(aws)
+    for job in ("tune-001", "tune-002"):
+        for step in (100, 200):
+            _write_checkpoint(aws, job, step)
+    sagemaker = _Trials(aws.sagemaker, {"tune-001": (100, 30)})
+    # WHEN the first trial ends
+    result = _handle(_job_ended("tune-001"), aws, _config(config), sagemaker)
+    # THEN its checkpoints are gone and the running trial's are kept
+    assert result["checkpoints_dropped"] == 2
+    assert all("/tune-002/" in key for key in _checkpoint_keys(aws)) and len(_checkpoint_keys(aws)) == 2
+
+
+def test_an_ended_trial_adds_its_seconds_to_the_run_once(aws, config):
+    # GIVEN a running run and two trials that ended
+    _running_run(aws)
+    sagemaker = _Trials(aws.sagemaker, {"tune-001": (100, 30), "tune-002": (300, 90)})
+    # WHEN their end events arrive, the first one twice (EventBridge delivers at least once)
+    for job in ("tune-001", "tune-002", "tune-001"):
+        _handle(_job_ended(job), aws, _config(config), sagemaker)
+    # THEN the run's totals hold each trial once
+    record = _record(aws)
+    assert (record["training_seconds"], record["billable_seconds"]) == (400, 120)
+    assert record["timed_jobs"] == ["tune-001", "tune-002"]
+
+
+def test_a_training_job_of_no_run_or_still_running_is_ignored(aws, config):
+    _running_run(aws)
+    running = _handle(_job_ended("tune-001", "InProgress"), aws, _config(config))
+    untagged_event = _job_ended("other")
+    untagged_event.raw_event["detail"]["Tags"] = {}
+    untagged = _handle(untagged_event, aws, _config(config))
+    assert (running["action"], untagged["action"]) == ("ignored", "ignored")
