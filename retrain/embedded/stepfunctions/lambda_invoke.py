@@ -16,11 +16,12 @@ LOG = logging.getLogger(__name__)
 
 
 def _header(headers: Any, name: str) -> str | None:
+    """A request header by its lower-case name, from a dict or moto's (werkzeug's) headers, whose
+    iteration yields (name, value) pairs."""
     if headers is None:
         return None
-    for key in headers:
+    for key, value in headers.items():
         if str(key).lower() == name:
-            value = headers[key]
             return str(value) if value is not None else None
     return None
 
