@@ -9,7 +9,8 @@ the template gives that function, plus the variables Lambda itself sets and ``AW
 handler's boto3 clients reach the emulation with no local-only code path. A worker serves one invocation
 at a time, like a Lambda execution environment; an invocation that runs past the function's Timeout kills
 its worker and fails as Lambda does, and so does one whose handler module cannot be imported
-(``Runtime.ImportModuleError``).
+(``Runtime.ImportModuleError``) and one whose response is over Lambda's payload limit
+(``Function.ResponseSizeTooLarge``).
 """
 
 from __future__ import annotations
@@ -28,12 +29,14 @@ from typing import IO, Any, Final
 
 from retrain.embedded.account import ACCOUNT_ID, REGION
 from retrain.embedded.awslambda.interpreters import interpreter
+from retrain.embedded.limits import LAMBDA_RESPONSE_BYTES
 from retrain.embedded.stepfunctions.errors import TaskFailed
 
 LOG = logging.getLogger(__name__)
 # The bootstrap each environment runs: a standalone script of the standard library only.
 WORKER: Final = Path(__file__).resolve().with_name("worker.py")
 TIMEOUT_ERROR: Final = "Sandbox.Timedout"
+RESPONSE_TOO_LARGE: Final = "Function.ResponseSizeTooLarge"
 INIT_SECONDS: Final = 10.0
 
 
@@ -193,6 +196,15 @@ class LambdaRuntime:
             raise TaskFailed(TIMEOUT_ERROR, f"Task timed out after {spec.timeout_seconds:.2f} seconds")
         if "error" in reply:
             raise TaskFailed(str(reply["error"]["errorType"]), str(reply["error"]["errorMessage"]))
+        # What the Python runtime posts is json.dumps(result); Lambda refuses it over the limit.
+        size = len(json.dumps(reply["result"]).encode("utf-8"))
+        if size > LAMBDA_RESPONSE_BYTES:
+            raise TaskFailed(
+                RESPONSE_TOO_LARGE,
+                f"Response payload size exceeded maximum allowed payload size ({LAMBDA_RESPONSE_BYTES} "
+                f"bytes). The response of {spec.name} is {size} bytes: put large results in S3 and "
+                "return their URI.",
+            )
         return reply["result"]
 
     def _acquire(self, spec: FunctionSpec) -> _Worker:

@@ -1,5 +1,7 @@
 """Lambda invokes moto serves (the Invoke API, ``lambda:invoke`` and function-ARN Task states, S3
-notifications), run by the installed ``lambda_invoker`` instead of Docker, with Lambda's error payload."""
+notifications), run by the installed ``lambda_invoker`` instead of Docker, with Lambda's error payload.
+A request over Lambda's payload limit (6 MB synchronous, 1 MB asynchronous) is refused as Lambda refuses
+it: ``RequestEntityTooLargeException``, HTTP 413."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from retrain.embedded.limits import LAMBDA_ASYNC_REQUEST_BYTES, LAMBDA_SYNC_REQUEST_BYTES
 from retrain.embedded.stepfunctions.errors import TaskFailed
 from retrain.embedded.stepfunctions.services import ACTIVE
 
@@ -33,6 +36,20 @@ def lambda_error_payload(exc: BaseException) -> dict[str, Any]:
     return {"errorType": type(exc).__name__, "errorMessage": str(exc), "stackTrace": []}
 
 
+def request_too_large(function_name: str, size: int, limit: int) -> Exception:
+    """Lambda's refusal of an Invoke whose payload is over ``limit`` bytes (its own wording first)."""
+    from moto.core.exceptions import JsonRESTError
+
+    class RequestEntityTooLargeError(JsonRESTError):
+        code = 413
+
+    return RequestEntityTooLargeError(
+        "RequestEntityTooLargeException",
+        f"Request must be smaller than {limit} bytes for the InvokeFunction operation (the payload for "
+        f"{function_name} is {size} bytes: put large data in S3 and pass its URI)",
+    )
+
+
 def run_invoker(function_name: str, payload: dict[str, Any]) -> tuple[bytes, bool]:
     invoker = ACTIVE.lambda_invoker
     if invoker is None:
@@ -53,8 +70,12 @@ def patched_lambda_invoke(
             return original(fn, body, request_headers, response_headers)  # type: ignore[no-any-return]
         if isinstance(body, bytes | bytearray):
             body = body.decode()
-        payload = json.loads(body) if isinstance(body, str) and body else (body or {})
         invocation_type = _header(request_headers, "x-amz-invocation-type") or "RequestResponse"
+        size = len(body.encode("utf-8")) if isinstance(body, str) else len(json.dumps(body or {}).encode())
+        limit = LAMBDA_ASYNC_REQUEST_BYTES if invocation_type == "Event" else LAMBDA_SYNC_REQUEST_BYTES
+        if size > limit:
+            raise request_too_large(fn.function_name, size, limit)
+        payload = json.loads(body) if isinstance(body, str) and body else (body or {})
         if invocation_type == "DryRun":
             return b""
         if invocation_type == "Event":
