@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator
 from typing import Any
 
@@ -161,6 +162,18 @@ def test_batch_and_transaction_writes_over_the_limit_are_refused(dynamodb: Any) 
     assert _refusal(batch)[1].startswith(PUT_REFUSED)
     assert _refusal(transaction)[1].startswith(PUT_REFUSED)
     assert "Item" not in dynamodb.get_item(TableName=TABLE, Key=KEY)
+
+
+def test_moto_still_has_the_symbols_the_patch_replaces_with_the_shapes_relied_on() -> None:
+    from moto.dynamodb.models import DynamoDBBackend
+    from moto.dynamodb.models.table import Table
+
+    assert list(inspect.signature(Table.put_item).parameters)[:2] == ["self", "item_attrs"]
+    assert list(inspect.signature(DynamoDBBackend.update_item).parameters)[:3] == [
+        "self",
+        "table_name",
+        "key",
+    ]
 
 
 def test_moto_is_restored_on_exit() -> None:

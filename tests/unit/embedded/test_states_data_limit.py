@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import inspect
 import io
 import json
 import time
@@ -16,7 +17,7 @@ from moto import mock_aws
 
 from retrain.embedded.gatekeeper import contracts
 from retrain.embedded.limits import STATES_PAYLOAD_BYTES, json_bytes
-from retrain.embedded.stepfunctions.data_limit import DATA_LIMIT_EXCEEDED
+from retrain.embedded.stepfunctions.data_limit import DATA_LIMIT_EXCEEDED, size_quota_owners
 from retrain.embedded.stepfunctions.integrations import installed
 
 ROLE = "arn:aws:iam::123456789012:role/sfn"
@@ -69,6 +70,27 @@ def _invoke_task(parameters: dict[str, Any], **extra: Any) -> dict[str, Any]:
 def _returning(size: int) -> Any:
     """A Lambda invoker whose result is a string of ``size`` ASCII characters."""
     return lambda name, payload: "x" * size
+
+
+def test_moto_still_has_the_symbols_the_limit_patches_with_the_shapes_relied_on() -> None:
+    from moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl import (
+        ErrorEqualsDecl,
+    )
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service import (
+        StateTaskService,
+    )
+
+    for module, owner in size_quota_owners():
+        assert callable(module.is_within_size_quota)
+        assert list(inspect.signature(owner._verify_size_quota).parameters) == ["self", "env", "value"]
+    assert list(inspect.signature(StateTaskService._before_eval_execution).parameters) == [
+        "self",
+        "env",
+        "resource_runtime_part",
+        "raw_parameters",
+        "state_credentials",
+    ]
+    assert list(inspect.signature(ErrorEqualsDecl._eval_body).parameters) == ["self", "env"]
 
 
 def test_a_task_result_over_the_limit_is_not_caught_by_states_all(sfn: Any) -> None:
