@@ -17,9 +17,10 @@ STATES_PAYLOAD_BYTES: Final = 262_144
 # https://docs.aws.amazon.com/lambda/latest/dg/API_Invoke.html ("For synchronous invocations, the maximum
 # payload size is 6 MB. For asynchronous invocations, the maximum payload size is 1 MB"; MB is MiB there,
 # https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html). Lambda refuses a larger
-# request with RequestEntityTooLargeException "Request must be smaller than 6291456 bytes for the
-# InvokeFunction operation"; its response check allows 100 bytes more, as its error message states:
-# "Response payload size exceeded maximum allowed payload size (6291556 bytes)."
+# request with RequestEntityTooLargeException ("Request must be smaller than 6291456 bytes for the
+# InvokeFunction operation"; "N byte payload is too large for the Event invocation type (limit L bytes)");
+# its response check allows 100 bytes more, as its error message states: "Response payload size exceeded
+# maximum allowed payload size (6291556 bytes)."
 LAMBDA_SYNC_REQUEST_BYTES: Final = 6_291_456
 LAMBDA_ASYNC_REQUEST_BYTES: Final = 1_048_576
 LAMBDA_RESPONSE_BYTES: Final = 6_291_556

@@ -36,18 +36,22 @@ def lambda_error_payload(exc: BaseException) -> dict[str, Any]:
     return {"errorType": type(exc).__name__, "errorMessage": str(exc), "stackTrace": []}
 
 
-def request_too_large(function_name: str, size: int, limit: int) -> Exception:
-    """Lambda's refusal of an Invoke whose payload is over ``limit`` bytes (its own wording first)."""
+def request_too_large(function_name: str, size: int, limit: int, *, event: bool) -> Exception:
+    """Lambda's refusal of an Invoke whose payload is over ``limit`` bytes, in its words (the synchronous
+    one, which omits the size, with the function and the size added)."""
     from moto.core.exceptions import JsonRESTError
 
     class RequestEntityTooLargeError(JsonRESTError):
         code = 413
 
-    return RequestEntityTooLargeError(
-        "RequestEntityTooLargeException",
-        f"Request must be smaller than {limit} bytes for the InvokeFunction operation (the payload for "
-        f"{function_name} is {size} bytes: put large data in S3 and pass its URI)",
-    )
+    if event:
+        message = f"{size} byte payload is too large for the Event invocation type (limit {limit} bytes)"
+    else:
+        message = (
+            f"Request must be smaller than {limit} bytes for the InvokeFunction operation (the payload for "
+            f"{function_name} is {size} bytes: put large data in S3 and pass its URI)"
+        )
+    return RequestEntityTooLargeError("RequestEntityTooLargeException", message)
 
 
 def run_invoker(function_name: str, payload: dict[str, Any]) -> tuple[bytes, bool]:
@@ -72,9 +76,10 @@ def patched_lambda_invoke(
             body = body.decode()
         invocation_type = _header(request_headers, "x-amz-invocation-type") or "RequestResponse"
         size = len(body.encode("utf-8")) if isinstance(body, str) else len(json.dumps(body or {}).encode())
-        limit = LAMBDA_ASYNC_REQUEST_BYTES if invocation_type == "Event" else LAMBDA_SYNC_REQUEST_BYTES
+        event = invocation_type == "Event"
+        limit = LAMBDA_ASYNC_REQUEST_BYTES if event else LAMBDA_SYNC_REQUEST_BYTES
         if size > limit:
-            raise request_too_large(fn.function_name, size, limit)
+            raise request_too_large(fn.function_name, size, limit, event=event)
         payload = json.loads(body) if isinstance(body, str) and body else (body or {})
         if invocation_type == "DryRun":
             return b""

@@ -89,8 +89,11 @@ def test_an_async_invoke_over_1_mb_is_refused(lambda_client: Any) -> None:
             FunctionName="fn", InvocationType="Event", Payload=_payload(LAMBDA_ASYNC_REQUEST_BYTES + 1)
         )
 
-    assert refused.value.response["Error"]["Code"] == "RequestEntityTooLargeException"
-    assert f"smaller than {LAMBDA_ASYNC_REQUEST_BYTES} bytes" in refused.value.response["Error"]["Message"]
+    assert refused.value.response["Error"] == {
+        "Code": "RequestEntityTooLargeException",
+        "Message": f"{LAMBDA_ASYNC_REQUEST_BYTES + 1} byte payload is too large for the Event "
+        f"invocation type (limit {LAMBDA_ASYNC_REQUEST_BYTES} bytes)",
+    }
     assert calls == []
 
 
