@@ -33,6 +33,7 @@ from retrain.embedded import snapshot
 from retrain.embedded.account import ACCOUNT_ID, REGION
 from retrain.embedded.awslambda.interpreters import RuntimeUnavailableError
 from retrain.embedded.awslambda.runtime import LambdaRuntime
+from retrain.embedded.dynamodb import item_size
 from retrain.embedded.events import s3_notices, sqs_speed
 from retrain.embedded.events.sagemaker_jobs import JobEvents
 from retrain.embedded.events.scheduler import Scheduler
@@ -253,6 +254,7 @@ class EmbeddedStack:
         self._exit.enter_context(install_api(self.fsx))
         self._exit.enter_context(s3_notices.installed())
         self._exit.enter_context(sqs_speed.installed())
+        self._exit.enter_context(item_size.installed())
         from retrain.embedded.sagemaker import api_installed
 
         try:

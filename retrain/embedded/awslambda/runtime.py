@@ -9,17 +9,23 @@ the template gives that function, plus the variables Lambda itself sets and ``AW
 handler's boto3 clients reach the emulation with no local-only code path. A worker serves one invocation
 at a time, like a Lambda execution environment; an invocation that runs past the function's Timeout kills
 its worker and fails as Lambda does, and so does one whose handler module cannot be imported
-(``Runtime.ImportModuleError``).
+(``Runtime.ImportModuleError``), one whose worker outgrows the function's MemorySize
+(``Runtime.OutOfMemory``: the worker is killed, :mod:`.memory`) and one whose response is over Lambda's
+payload limit (``Function.ResponseSizeTooLarge``). Each invocation ends with Lambda's ``REPORT`` line in
+the function's log (duration, memory size, max memory used).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import queue
+import signal
 import subprocess
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,12 +34,17 @@ from typing import IO, Any, Final
 
 from retrain.embedded.account import ACCOUNT_ID, REGION
 from retrain.embedded.awslambda.interpreters import interpreter
+from retrain.embedded.awslambda.memory import POLL_SECONDS, process_tree, resident_bytes
+from retrain.embedded.limits import LAMBDA_RESPONSE_BYTES
 from retrain.embedded.stepfunctions.errors import TaskFailed
 
 LOG = logging.getLogger(__name__)
 # The bootstrap each environment runs: a standalone script of the standard library only.
 WORKER: Final = Path(__file__).resolve().with_name("worker.py")
 TIMEOUT_ERROR: Final = "Sandbox.Timedout"
+RESPONSE_TOO_LARGE: Final = "Function.ResponseSizeTooLarge"
+OUT_OF_MEMORY_ERROR: Final = "Runtime.OutOfMemory"
+MIB: Final = 1024 * 1024
 INIT_SECONDS: Final = 10.0
 
 
@@ -76,6 +87,8 @@ class _Worker:
         )
         self.replies: queue.Queue[str | None] = queue.Queue()
         self.initialised = False
+        self.memory_limit = spec.memory_mb * MIB
+        self.peak_bytes = 0  # the most resident memory seen during the last invocation
         threading.Thread(target=self._read, daemon=True, name=f"lambda-reader-{spec.name}").start()
 
     def _read(self) -> None:
@@ -84,37 +97,66 @@ class _Worker:
             self.replies.put(line)
         self.replies.put(None)
 
-    def call(self, payload: Any, timeout: float, function_arn: str) -> dict[str, Any] | None:
-        """The reply, or None when the worker died or ran past ``timeout`` (it is then killed)."""
+    def call(self, payload: Any, timeout: float, function_arn: str, request_id: str) -> dict[str, Any] | None:
+        """The reply; Lambda's out-of-memory error when the worker outgrew its memory; None when it died or
+        ran past ``timeout``. A worker that did not reply is killed."""
         assert self.process.stdin is not None
         request = {
             "payload": payload,
             "timeout": timeout,
-            "request_id": str(uuid.uuid4()),
+            "request_id": request_id,
             "invoked_function_arn": function_arn,
         }
+        self.peak_bytes = 0
+        # Lambda gives a new environment's init (imports) its own 10 s beyond the function timeout.
+        deadline = time.monotonic() + timeout + (0.0 if self.initialised else INIT_SECONDS)
+        line: str | None = None
         try:
             self.process.stdin.write(json.dumps(request) + "\n")
             self.process.stdin.flush()
-            # Lambda gives a new environment's init (imports) its own 10 s beyond the function timeout.
-            line = self.replies.get(timeout=timeout + (0.0 if self.initialised else INIT_SECONDS))
-        except (BrokenPipeError, queue.Empty):
+            while time.monotonic() < deadline:
+                try:  # a reply, or None when the worker died
+                    line = self.replies.get(timeout=min(POLL_SECONDS, max(0.0, deadline - time.monotonic())))
+                    break
+                except queue.Empty:
+                    if self._measure() > self.memory_limit:
+                        self.kill()
+                        return {"error": self._out_of_memory(request_id)}
+        except BrokenPipeError:
             line = None
         if line is None:
             self.kill()
             return None
+        self._measure()
         self.initialised = True
         reply: dict[str, Any] = json.loads(line)
         if reply.get("init_error"):
             self.kill()  # the environment failed its init: the next invocation starts a new one
         return reply
 
+    def _measure(self) -> int:
+        used = resident_bytes(self.process.pid)
+        self.peak_bytes = max(self.peak_bytes, used)
+        return used
+
+    def _out_of_memory(self, request_id: str) -> dict[str, Any]:
+        """What Lambda reports for an environment killed for its memory, with the numbers."""
+        return {
+            "errorType": OUT_OF_MEMORY_ERROR,
+            "errorMessage": f"RequestId: {request_id} Error: Runtime exited with error: signal: killed "
+            f"(the environment used {self.peak_bytes // MIB} MB, over its MemorySize of "
+            f"{self.memory_limit // MIB} MB)",
+        }
+
     def alive(self) -> bool:
         return self.process.poll() is None
 
     def kill(self) -> None:
+        """End the environment: the worker and whatever its handler started, as Lambda ends a sandbox."""
         if self.alive():
-            self.process.kill()
+            for member in reversed(process_tree(self.process.pid)):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(member, signal.SIGKILL)
         self.process.wait()
 
 
@@ -144,6 +186,7 @@ class LambdaRuntime:
         self._busy: dict[str, int] = {}
         self._cond = threading.Condition()
         self._logs: dict[str, IO[str]] = {}
+        self._log_lock = threading.Lock()
         self._closed = False
 
     def resolve(self, function: str) -> FunctionSpec:
@@ -187,13 +230,34 @@ class LambdaRuntime:
         spec = self.resolve(function)
         worker = self._acquire(spec)
         arn = f"arn:aws:lambda:{self._region}:{ACCOUNT_ID}:function:{spec.name}"
-        reply = worker.call(payload, spec.timeout_seconds, arn)
+        request_id, began = str(uuid.uuid4()), time.monotonic()
+        reply = worker.call(payload, spec.timeout_seconds, arn, request_id)
+        self._report(spec, request_id, time.monotonic() - began, worker.peak_bytes)
         self._release(spec, worker)
         if reply is None:
             raise TaskFailed(TIMEOUT_ERROR, f"Task timed out after {spec.timeout_seconds:.2f} seconds")
         if "error" in reply:
             raise TaskFailed(str(reply["error"]["errorType"]), str(reply["error"]["errorMessage"]))
+        # What the Python runtime posts is json.dumps(result); Lambda refuses it over the limit.
+        size = len(json.dumps(reply["result"]).encode("utf-8"))
+        if size > LAMBDA_RESPONSE_BYTES:
+            raise TaskFailed(
+                RESPONSE_TOO_LARGE,
+                f"Response payload size exceeded maximum allowed payload size ({LAMBDA_RESPONSE_BYTES} "
+                f"bytes). The response of {spec.name} is {size} bytes: put large results in S3 and "
+                "return their URI.",
+            )
         return reply["result"]
+
+    def _report(self, spec: FunctionSpec, request_id: str, seconds: float, peak_bytes: int) -> None:
+        """Lambda's REPORT line, in the function's log."""
+        line = (
+            f"REPORT RequestId: {request_id}\tDuration: {seconds * 1000:.2f} ms\t"
+            f"Memory Size: {spec.memory_mb} MB\tMax Memory Used: {-(-peak_bytes // MIB)} MB\n"
+        )
+        with self._log_lock:
+            self._logs[spec.name].write(line)
+            self._logs[spec.name].flush()
 
     def _acquire(self, spec: FunctionSpec) -> _Worker:
         with self._cond:

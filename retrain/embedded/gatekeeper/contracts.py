@@ -60,6 +60,11 @@ ERROR_CODES: Final[Mapping[str, str]] = {
 BYTE_LIMITS: Final[Mapping[tuple[str, str], tuple[int, str, str]]] = {
     ("s3", "ObjectKey"): (1024, "KeyTooLongError", "Your key is too long"),
 }
+# String shapes whose length constraint AWS counts in UTF-8 bytes, not characters: Step Functions' state
+# data ("Length constraints apply to the payload size, and are expressed as bytes in UTF-8 encoding",
+# StartExecution's ``input`` in the API reference; the limit is retrain.embedded.limits'
+# STATES_PAYLOAD_BYTES, which a test holds equal to the model's).
+UTF8_LENGTHS: Final[frozenset[tuple[str, str]]] = frozenset({("stepfunctions", "SensitiveData")})
 MAX_SHOWN: Final = 256
 MASK: Final = "***"
 
@@ -500,7 +505,8 @@ class _Walk:
         meta = shape.metadata
         problems: list[str] = []
         if kind == "string":
-            problems.extend(_length_problems(shape, len(value)))
+            in_bytes = (self.service, shape.name) in UTF8_LENGTHS
+            problems.extend(_length_problems(shape, len(value.encode("utf-8")) if in_bytes else len(value)))
             pattern = meta.get("pattern")
             if pattern is not None:
                 compiled = _compiled(pattern)

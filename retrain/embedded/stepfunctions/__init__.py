@@ -11,5 +11,7 @@ integrations, the Lambda invoke path, execution status events and role-signed SD
 - ``eventbridge_targets``: EventBridge rules' Lambda targets invoked with their input;
 - ``execution_events``: an ended execution as the "Execution Status Change" event;
 - ``branch_errors``: a Parallel/Map branch's ``States.*`` error re-raised as such;
+- ``data_limit``: the 256 KiB payload limit (``States.DataLimitExceeded``) and the errors ``States.ALL``
+  does not catch;
 - ``role_signing``: each Task acting, and signing moto's HTTP calls, as its state machine's role.
 """

@@ -18,6 +18,9 @@ and in a ``ThreadedMotoServer`` thread alike), each with the module that does it
   Input/InputPath/InputTransformer;
 - ``CustomErrorName`` in moto's Parallel and Map states (:mod:`.branch_errors`): a branch's ``States.*``
   error is re-raised as such instead of crashing the execution;
+- the payload measure and ``ErrorEquals`` matching of moto's interpreter (:mod:`.data_limit`): a result,
+  output or input after ``Parameters`` over 256 KiB fails with ``States.DataLimitExceeded``, which
+  ``States.ALL`` does not catch (nor ``States.Runtime``), as on AWS;
 - ``BaseExecutionWorkerCommunication.terminated`` (:mod:`.execution_events`): an ended execution is
   reported as Step Functions' "Execution Status Change" event (``on_execution_end``), as EventBridge
   delivers it on AWS;
@@ -39,6 +42,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from retrain.embedded.stepfunctions.branch_errors import error_name_modules, rethrown_error_name
+from retrain.embedded.stepfunctions.data_limit import enforced
 from retrain.embedded.stepfunctions.eventbridge_targets import patched_send_to_targets
 from retrain.embedded.stepfunctions.execution_events import reporting_end
 from retrain.embedded.stepfunctions.lambda_invoke import patched_lambda_invoke
@@ -113,7 +117,8 @@ def installed(
     for module, original_client in zip(client_modules, original_clients, strict=True):
         module.boto_client_for = signed_as_the_role(original_client)
     try:
-        yield
+        with enforced():
+            yield
     finally:
         state_task_factory.state_task_service_for = original_factory
         lambda_function.invoke = original_invoke

@@ -6,6 +6,7 @@ import datetime
 import inspect
 import io
 import json
+import threading
 import time
 import zipfile
 from collections.abc import Iterator
@@ -335,6 +336,27 @@ def test_lambda_invoke_api_runs_the_invoker_and_reports_function_errors(sfn: Any
     assert "FunctionError" not in ok
     assert bad["FunctionError"] == "Unhandled"
     assert json.loads(bad["Payload"].read())["errorType"] == "ValueError"
+
+
+def test_an_event_invoke_runs_on_a_thread_of_its_own_and_a_dry_run_not_at_all(
+    sfn: Any, function: str
+) -> None:
+    # GIVEN an invoker that records the thread it runs on
+    threads: list[str] = []
+    ran = threading.Event()
+
+    def invoker(name: str, payload: dict[str, Any]) -> Any:
+        threads.append(threading.current_thread().name)
+        ran.set()
+
+    client = boto3.client("lambda", region_name="us-east-1")
+    with installed(lambda_invoker=invoker):
+        dry = client.invoke(FunctionName=function, InvocationType="DryRun", Payload=b"{}")
+        queued = client.invoke(FunctionName=function, InvocationType="Event", Payload=b"{}")
+        assert ran.wait(30)
+    # THEN the Event invocation ran asynchronously, not on the caller's thread, and the dry run never ran
+    assert (dry["StatusCode"], queued["StatusCode"]) == (204, 202)
+    assert threads == [f"lambda-{function}"]
 
 
 def test_an_eventbridge_rule_with_a_lambda_target_invokes_it_with_the_event(sfn: Any, function: str) -> None:
