@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -358,8 +359,18 @@ FROZEN_SUMMARY_FILE = "summary.json"
 FROZEN_LABELS_FILE = "labels.json"  # ["label", ...], sorted
 FROZEN_CLASS_COUNTS_FILE = "class_counts.json"  # {"class_counts": {...}, "excluded_labels": {...}}
 VALIDATION_MANIFEST_FILE = "validation.manifest"  # a ManifestFile of the validation split's images
+VALIDATION_LINES_DIR = "validation"  # <frozen>/validation/manifest.jsonl: the split's manifest lines
+# An evaluation job's volume: the validation split's bytes with room to spare, plus this much for the
+# model, the manifest and the outputs (SageMaker copies File-mode inputs onto the volume first).
+EVALUATION_VOLUME_BASE_GB = 10
+EVALUATION_VOLUME_HEADROOM = 1.2
 FROZEN_NEW_LABELS_MAX = 100  # the summary lists new labels up to this many (FSx import takes 100 paths)
 FROZEN_EXCLUDED_SAMPLE = 20  # and names this many labels set aside (the file has them all)
+
+
+def evaluation_volume_gb(validation_bytes: int) -> int:
+    """VolumeSizeInGB of a job that evaluates on the validation split of `validation_bytes`."""
+    return EVALUATION_VOLUME_BASE_GB + math.ceil(validation_bytes * EVALUATION_VOLUME_HEADROOM / 2**30)
 
 
 def entrypoint(program: str) -> list[str]:

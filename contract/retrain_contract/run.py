@@ -149,6 +149,10 @@ class Run(TypedDict):
     freeze_arguments: list[str]
     frozen_s3_uri: str
     label_count: int
+    # what an evaluation downloads: the validation split's images (a ManifestFile) and its manifest lines
+    validation_manifest_uri: str
+    validation_lines_uri: str
+    evaluation_volume_gb: int
     manifest_size: int
     new_images: int
     # FSx for Lustre: whether and what to import before training

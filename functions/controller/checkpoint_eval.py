@@ -74,16 +74,28 @@ def _count(dataset: str, run_id: str, training_job: str, *, config: Config, dyna
 
 
 def processing_request(
-    *, name: str, dataset: str, run_id: str, step: int, training_job: str, checkpoint_uri: str, config: Config
+    *,
+    name: str,
+    dataset: str,
+    run_id: str,
+    step: int,
+    training_job: str,
+    checkpoint_uri: str,
+    config: Config,
+    volume_gb: int = container.EVALUATION_VOLUME_BASE_GB,
 ) -> dict[str, Any]:
+    """The evaluation of one checkpoint on the run's validation split: the images that split lists (a
+    ManifestFile the freezing job wrote) and its manifest lines, on a volume sized from the split."""
     settings = config.settings
     artifact = f"s3://{config.artifact_bucket}/"
 
-    def s3_input(input_name: str, uri: str, local: str) -> dict[str, Any]:
+    def s3_input(input_name: str, uri: str, local: str, kind: str = "S3Prefix") -> dict[str, Any]:
         return {
             "InputName": input_name,
-            "S3Input": {"S3Uri": uri, "LocalPath": local, "S3DataType": "S3Prefix", "S3InputMode": "File"},
+            "S3Input": {"S3Uri": uri, "LocalPath": local, "S3DataType": kind, "S3InputMode": "File"},
         }
+
+    frozen = artifact + names.frozen_prefix(dataset, run_id)
 
     subnets = [s for s in str(settings.get("subnets", "")).split(",") if s]
     groups = [g for g in str(settings.get("security_groups", "")).split(",") if g]
@@ -104,12 +116,13 @@ def processing_request(
             s3_input(container.EVALUATION_INPUT_MODEL, checkpoint_uri, container.EVALUATION_MODEL_DIR),
             s3_input(
                 container.CHANNEL_TRAIN,
-                f"s3://{config.data_bucket}/{names.dataset_prefix(dataset)}",
+                frozen + container.VALIDATION_MANIFEST_FILE,
                 container.EVALUATION_DATA_DIR,
+                "ManifestFile",
             ),
             s3_input(
                 container.CHANNEL_MANIFEST,
-                artifact + names.manifest_prefix(dataset, run_id),
+                f"{frozen}{container.VALIDATION_LINES_DIR}/",
                 container.EVALUATION_MANIFEST_DIR,
             ),
         ],
@@ -129,7 +142,7 @@ def processing_request(
             "ClusterConfig": {
                 "InstanceCount": 1,
                 "InstanceType": str(settings.get("evaluation_instance_type", "ml.m5.xlarge")),
-                "VolumeSizeInGB": 30,
+                "VolumeSizeInGB": volume_gb,
             }
         },
         "StoppingCondition": {"MaxRuntimeInSeconds": 3600},
@@ -227,6 +240,8 @@ def on_checkpoint(
             config=config,
             s3=s3,
         )
+        found = runs.get_run(dataset, run_id, table_name=config.runs_table, client=dynamodb)
+        volume = found.get("evaluation_volume_gb") if found is not None else None
         request = processing_request(
             name=name,
             dataset=dataset,
@@ -235,6 +250,7 @@ def on_checkpoint(
             training_job=job,
             checkpoint_uri=copy,
             config=config,
+            volume_gb=int(volume or container.EVALUATION_VOLUME_BASE_GB),
         )
         sagemaker.create_processing_job(**request)
     except (CheckpointGoneError, ClientError) as error:

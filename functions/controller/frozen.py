@@ -60,6 +60,7 @@ def apply_summary(run: Run, summary: dict[str, Any]) -> Run:
             "new_images": new,
             "import_needed": run["data_source"] == "fsx" and new > 0,
             "import_paths": import_paths(run["data_s3_uri"], summary["new_labels"]),
+            "evaluation_volume_gb": container.evaluation_volume_gb(int(summary["validation_bytes"])),
         },
     )
 
@@ -79,6 +80,8 @@ def record_manifest(run: Run, summary: dict[str, Any], *, config: Config, dynamo
             "excluded_label_count": int(summary["excluded_label_count"]),
             "excluded_labels": dict(summary["excluded_labels"]),
             "rejected_uploads": dict(summary["rejected_uploads"]),
+            "validation_images": int(summary["validation_images"]),
+            "evaluation_volume_gb": run["evaluation_volume_gb"],
         },
         table_name=config.runs_table,
         client=dynamodb,

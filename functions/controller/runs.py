@@ -84,6 +84,8 @@ class RunRecord(TypedDict, total=False):
     data_source: str  # fsx | s3
     class_balance: dict[str, str | int | float]  # the manifest's policy (balance.Policy.record)
     excluded_label_count: int
+    validation_images: int  # the split every evaluation of the run reads
+    evaluation_volume_gb: int  # its jobs' VolumeSizeInGB, from the split's bytes
     excluded_labels: dict[str, str]  # label -> why it was set aside (the first FROZEN_EXCLUDED_SAMPLE)
     started_from: dict[str, str]  # lineage: kind (champion|pretrained|scratch), uri, package arn, reason
     rejected_uploads: dict[str, int]  # refused uploads still in the bucket, by problem (names.PROBLEM_*)

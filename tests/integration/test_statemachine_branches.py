@@ -118,8 +118,10 @@ class ScriptedSageMaker:
             assert freeze.main(arguments, client=self.dynamodb, sleep=lambda _: None) == 0
             for output in request["ProcessingOutputConfig"]["Outputs"]:
                 uri = output["S3Output"]["S3Uri"].rstrip("/")
-                for file in local[output["S3Output"]["LocalPath"]].iterdir():
-                    bucket, _, key = f"{uri}/{file.name}"[len("s3://") :].partition("/")
+                root = local[output["S3Output"]["LocalPath"]]
+                for file in (f for f in root.rglob("*") if f.is_file()):
+                    relative = file.relative_to(root).as_posix()
+                    bucket, _, key = f"{uri}/{relative}"[len("s3://") :].partition("/")
                     self.s3.put_object(Bucket=bucket, Key=key, Body=file.read_bytes())
 
     def _record(self, kind: str, request: dict[str, Any]) -> None:

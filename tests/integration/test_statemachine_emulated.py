@@ -182,7 +182,9 @@ def test_a_run_trains_checks_rules_evaluates_and_registers_with_the_real_contain
     # AND the challenger's top-1 is what evaluate.py measured on the validation images of that model
     bucket, key = record["challenger"]["report_uri"].removeprefix("s3://").split("/", 1)
     report = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
-    validation = {label: counts["validation"] for label, counts in record["class_counts"].items()}
+    counts_bucket, counts_key = record["class_counts_uri"].removeprefix("s3://").split("/", 1)
+    counts = json.loads(s3.get_object(Bucket=counts_bucket, Key=counts_key)["Body"].read())["class_counts"]
+    validation = {label: c["validation"] for label, c in counts.items()}
     assert report["labels"] == ["cat", "dog"] and report["samples"] == sum(validation.values()) > 0
     assert {label: c["support"] for label, c in report["per_class"].items()} == validation
     confusion = np.array(report["confusion_matrix"])
@@ -192,6 +194,12 @@ def test_a_run_trains_checks_rules_evaluates_and_registers_with_the_real_contain
     assert evaluation["ProcessingJobStatus"] == "Completed"
     model_input = {i["InputName"]: i["S3Input"]["S3Uri"] for i in evaluation["ProcessingInputs"]}
     assert record["model_data"] in model_input.values()
+    # AND it downloaded the validation split's images and no other of the data set's 40
+    downloaded = (
+        emulated.sagemaker.workdir / "processing" / record["challenger"]["job"] / "opt" / "ml" / "processing"
+    )
+    images = [p for p in (downloaded / "input" / "data" / "train").rglob("*") if p.is_file()]
+    assert len(images) == sum(validation.values()) == record["validation_images"] < 40
     # AND every rule reached a verdict, and the registered package is that model
     assert {r["rule"] for r in record["rule_results"]} >= {"LossNotDecreasing"}
     assert {r["status"] for r in record["rule_results"]} <= {"NoIssuesFound", "IssuesFound"}

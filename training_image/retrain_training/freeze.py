@@ -94,8 +94,11 @@ class Frozen:
     summary: dict[str, Any] = field(default_factory=dict)
     validation: list[str] = field(default_factory=list)  # paths of the validation split
 
-    def manifest(self) -> Iterator[str]:
+    def manifest(self, only: str | None = None) -> Iterator[str]:
+        """The manifest's lines (JSON Lines), or those of one split."""
         for path, label, split in self.plan.lines:
+            if only is not None and split != only:
+                continue
             yield (
                 json.dumps(
                     {
@@ -178,6 +181,11 @@ def write(frozen: Frozen, *, manifest_dir: Path, frozen_dir: Path, data_uri: str
     if data_uri:
         with (frozen_dir / container.VALIDATION_MANIFEST_FILE).open("w", encoding="utf-8") as out:
             out.writelines(validation_manifest(frozen, data_uri))
+    # the validation split's manifest lines: what an evaluation reads of the manifest
+    lines = frozen_dir / container.VALIDATION_LINES_DIR
+    lines.mkdir(exist_ok=True)
+    with (lines / container.MANIFEST_FILE).open("w", encoding="utf-8") as out:
+        out.writelines(frozen.manifest(only=container.SPLIT_VALIDATION))
     with (manifest_dir / container.MANIFEST_FILE).open("w", encoding="utf-8") as out:
         out.writelines(frozen.manifest())
     (frozen_dir / container.FROZEN_LABELS_FILE).write_text(json.dumps(sorted(frozen.plan.counts)))

@@ -194,6 +194,7 @@ def freeze_run(aws: Aws, config: Any, state: dict[str, Any], work_dir: Any) -> d
     assert code == 0, "the freezing job failed"
     for path, uri in outputs.items():
         bucket, _, prefix = uri.removeprefix("s3://").partition("/")
-        for file in sorted(local[path].iterdir()):
-            aws.s3.put_object(Bucket=bucket, Key=prefix + file.name, Body=file.read_bytes())
+        for file in sorted(f for f in local[path].rglob("*") if f.is_file()):
+            key = prefix + file.relative_to(local[path]).as_posix()
+            aws.s3.put_object(Bucket=bucket, Key=key, Body=file.read_bytes())
     return dict(frozen.read_frozen(state, config=config, dynamodb=aws.dynamodb, s3=aws.s3))
