@@ -20,11 +20,7 @@ LABEL: Final = "label"
 STATE: Final = "state"
 PROBLEM: Final = "problem"
 SIZE: Final = "size"  # the object's bytes, from its S3 notice
-# The sparse index of accepted rows by recorded time (template.yaml's LedgerTable declares it; its
-# names predate the watermark and stay, as a changed key schema would replace the index).
-ACCEPTED_INDEX: Final = "pending-by-upload-time"
-ACCEPTED_INDEX_PK: Final = "pending_dataset"
-ACCEPTED_INDEX_SK: Final = "uploaded_at"  # holds the row's recorded_at
+# (The sparse index of accepted rows by recorded time is the control plane's: controller/names.py.)
 
 STATE_ACCEPTED: Final = "accepted"
 STATE_REJECTED: Final = "rejected"

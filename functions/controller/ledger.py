@@ -83,20 +83,20 @@ def pending_stats(
     """How many uploads of `dataset` wait for a run (recorded from the watermark on), counted up to
     `limit`, and the first and last recording times: three queries that read at most `limit` index keys
     however many uploads wait."""
-    values: dict[str, Any] = {":dataset": dataset}
-    condition = "#pk = :dataset"
-    if trained_through:  # a key condition takes no empty string: no watermark yet, every row waits
-        values[":through"] = trained_through
-        condition += " AND #at >= :through"
+    # a key condition takes no empty string: without a watermark yet, every accepted row waits
+    since = " AND #at >= :through" if trained_through else ""
     base: dict[str, Any] = {
         "TableName": table_name,
         "IndexName": names.LEDGER_PENDING_INDEX,
-        "KeyConditionExpression": condition,
-        "ExpressionAttributeNames": {"#pk": names.LEDGER_PENDING_PK},
-        "ExpressionAttributeValues": serialize(values),
+        "KeyConditionExpression": "#pk = :dataset" + since,
+        "ExpressionAttributeNames": {
+            "#pk": names.LEDGER_PENDING_PK,
+            **({"#at": names.LEDGER_PENDING_SK} if trained_through else {}),
+        },
+        "ExpressionAttributeValues": serialize(
+            {":dataset": dataset, **({":through": trained_through} if trained_through else {})}
+        ),
     }
-    if trained_through:
-        base["ExpressionAttributeNames"]["#at"] = names.LEDGER_PENDING_SK
     count, more = 0, True
     page: dict[str, Any] = {}
     while more and count < limit:  # a page ends at 1 MB read, or at the keys still to count

@@ -131,9 +131,11 @@ CHECKPOINT_KEY_RE: Final = re.compile(
 # Ledger: one row per uploaded object (retrain_contract.ledger, which the freezing job reads too).
 LEDGER_PK: Final = ledger.PK
 LEDGER_SK: Final = ledger.SK
-LEDGER_PENDING_INDEX: Final = ledger.ACCEPTED_INDEX
-LEDGER_PENDING_PK: Final = ledger.ACCEPTED_INDEX_PK
-LEDGER_PENDING_SK: Final = ledger.ACCEPTED_INDEX_SK
+# The sparse index of accepted rows by the time ingest recorded them; rows from the data set's watermark
+# on are pending. Its names predate the watermark and stay: a changed key schema replaces an index.
+LEDGER_PENDING_INDEX: Final = "pending-by-upload-time"
+LEDGER_PENDING_PK: Final = "pending_dataset"
+LEDGER_PENDING_SK: Final = "uploaded_at"  # holds the row's recorded_at
 
 STATE_ACCEPTED: Final = ledger.STATE_ACCEPTED
 STATE_REJECTED: Final = ledger.STATE_REJECTED

@@ -381,15 +381,18 @@ def test_best_candidate_updates_both_tables_and_reads_the_tuning_job():
     assert _find(calls, "sagemaker", "DescribeTrainingJob")
 
 
-def test_finalize_reads_the_artifact_bucket_and_starts_the_next_run():
+def test_finalize_moves_the_watermark_and_starts_the_next_run_without_reading_objects():
     # GIVEN the finalize handler
     # WHEN its calls are extracted
     calls = handler_calls(FUNCTIONS, "controller.finalize.handler")
 
-    # THEN it describes the final job, reads the frozen objects, and may start an execution
+    # THEN it describes the final job, moves the data set's watermark, and may start an execution
     assert _find(calls, "sagemaker", "DescribeTrainingJob")
-    assert _find(calls, "s3", "GetObject", Bucket=Env("ARTIFACT_BUCKET"))
+    assert _find(calls, "dynamodb", "UpdateItem", TableName=Env("DATASETS_TABLE"))
     assert _find(calls, "stepfunctions", "StartExecution", stateMachineArn=Env("STATE_MACHINE_ARN"))
+    # AND it neither reads S3 nor writes a ledger row (its work does not grow with the images)
+    assert not [c for c in calls if c.service == "s3"]
+    assert not _find(calls, "dynamodb", "UpdateItem", TableName=Env("LEDGER_TABLE"))
 
 
 def test_ingest_writes_the_ledger_through_the_batch_callback_and_queries_pending_uploads():

@@ -62,6 +62,7 @@ def test_the_image_code_directory_holds_its_code_and_no_requirements_file(
         contract.PROGRAM,
         contract.EVALUATE_PROGRAM,
         contract.RULE_CHECK_PROGRAM,
+        contract.FREEZE_PROGRAM,
         "retrain_training",
         "retrain_contract",
     }
