@@ -24,7 +24,10 @@ from botocore.exceptions import ClientError
 from moto.sagemaker.models import sagemaker_backends
 from PIL import Image
 
+from controller import names
 from controller.register import inference_specification
+from retrain import predict
+from retrain.deployment import Deployment
 from retrain.dev import base_image
 from retrain.embedded.account import ACCOUNT_ID, REGION
 from retrain.embedded.gatekeeper.gate import Gatekeeper
@@ -32,6 +35,7 @@ from retrain.embedded.gatekeeper.iam.evaluator import Policy, PolicyEvaluator
 from retrain.embedded.gatekeeper.iam.principals import Credentials, Principals
 from retrain.embedded.sagemaker import JobContext, SageMakerEmulator, api_installed
 from retrain.embedded.server import gated_moto_server
+from retrain.errors import UsageError
 from retrain_contract import container as contract
 from retrain_contract import serving
 from retrain_training import data, evaluate, models, train
@@ -292,3 +296,35 @@ def test_a_deleted_endpoint_stops_its_container_and_is_gone(hosted: Hosted) -> N
     sagemaker.delete_endpoint(EndpointName="digits-v1-b")
     assert container.poll() is not None
     sagemaker.get_waiter("endpoint_deleted").wait(EndpointName="digits-v1-b", WaiterConfig=WAIT)
+
+
+def test_retrain_predict_on_the_embedded_stack_approves_deploys_and_classifies(
+    hosted: Hosted, tmp_path: Path
+) -> None:
+    # GIVEN a package waiting for approval, with no endpoint, and two image files
+    session = boto3.Session(
+        aws_access_key_id="operator", aws_secret_access_key="operator", region_name=REGION
+    )
+    deployment = Deployment(
+        "embedded", {names.STACK_OUTPUTS["sagemaker_role"]: ROLE}, session, endpoint_url=hosted.endpoint
+    )
+    images = []
+    for seed, suffix in ((7, "jpg"), (8, "png")):
+        images.append(tmp_path / f"{seed}.{suffix}")
+        images[-1].write_bytes(image_bytes(seed, "PNG" if suffix == "png" else "JPEG"))
+    # WHEN `retrain predict --model-package ARN` runs without --approve, then with it
+    with pytest.raises(UsageError, match="pass --approve"):
+        predict.predict(deployment, images, dataset=None, package_arn=hosted.pending)
+    arn, endpoint, answers = predict.predict(
+        deployment, images, dataset=None, package_arn=hosted.pending, approve_package=True
+    )
+    # THEN the package was approved and deployed under its conventional name, and each image answered
+    sagemaker = hosted.client("sagemaker")
+    assert sagemaker.describe_model_package(ModelPackageName=arn)["ModelApprovalStatus"] == "Approved"
+    assert endpoint == serving.endpoint_name("digits", 2)
+    assert sagemaker.describe_endpoint(EndpointName=endpoint)["EndpointStatus"] == "InService"
+    assert [a.image for a in answers] == images
+    assert all(len(a.predictions) == serving.TOP_K for a in answers)
+    # AND a second call finds that endpoint instead of deploying another
+    again = predict.predict(deployment, images[:1], dataset=None, package_arn=arn)
+    assert again[1] == endpoint and again[2][0].predictions == answers[0].predictions
