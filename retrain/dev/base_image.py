@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -53,6 +54,28 @@ INFERENCE_FRAMEWORK = "pytorch"
 INFERENCE_VERSION = "2.6"
 INFERENCE_PYTHON = "py312"
 INFERENCE_PATCHED_UNTIL = datetime.date(2026, 6, 30)
+
+
+# The repository policy of AWS's Deep Learning Container images as it acts on another account's role:
+# any AWS account may pull them (AWS's DLC guide logs in to the DLC registry with the caller's own
+# account). The static IAM check and the embedded stack authorise a cross-account pull against it.
+DLC_REPOSITORY_POLICY = {
+    "Version": "2012-10-17",
+    "Statement": [
+        {
+            "Sid": "AnyAccountMayPull",
+            "Effect": "Allow",
+            "Principal": {"AWS": "*"},
+            "Action": ["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"],
+        }
+    ],
+}
+
+
+@functools.cache
+def dlc_accounts() -> frozenset[str]:
+    """The registry accounts of the serving image in every region (sagemaker-core's data)."""
+    return frozenset(account for account in inference_accounts().values() if account)
 
 
 def uri(region: str) -> str:

@@ -162,6 +162,11 @@ class EmbeddedStack:
         pull = _ECR_IMAGE.match(image)
         if pull:
             repository = f"arn:aws:ecr:{pull['region']}:{pull['registry']}:repository/{pull['repository']}"
+            # AWS's Deep Learning Containers (a package's serving image) live in AWS's registry accounts,
+            # whose repository policy lets any account pull; any other account's image has none here.
+            from retrain.dev import base_image  # sagemaker-core's data, read when a job or endpoint starts
+
+            aws_image = pull["registry"] in base_image.dlc_accounts()
             try:
                 self.gatekeeper.authorize(
                     principal,
@@ -171,6 +176,7 @@ class EmbeddedStack:
                         Access("ecr:GetDownloadUrlForLayer", repository),
                     ],
                     service="ecr",
+                    resource_policy=base_image.DLC_REPOSITORY_POLICY if aws_image else None,
                 )
             except RequestRefusedError as refused:
                 raise RuntimeError(f"pulling {image}: {refused.code}: {refused.message}") from None

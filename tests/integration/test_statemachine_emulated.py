@@ -194,8 +194,9 @@ def test_a_run_trains_checks_rules_evaluates_registers_and_serves_with_the_real_
     assert record["training_seconds"] > 0
     # AND that package deploys (CreateModel from it, CreateEndpointConfig, CreateEndpoint) and classifies
     # images no run saw through InvokeEndpoint, answering the labels evaluate.py's forward pass ranks first
-    package = predict.describe_package(sagemaker, record["model_package_arn"])
-    endpoint = predict.deploy(sagemaker, package, emulated.config.sagemaker_role_arn)
+    client = boto3.client("sagemaker", region_name="us-east-1")  # boto3's, as the CLI deploys it
+    package = predict.describe_package(client, record["model_package_arn"])
+    endpoint = predict.deploy(client, package, emulated.config.sagemaker_role_arn)
     held_out = []
     for index, fmt in enumerate(("JPEG", "PNG", "JPEG", "PNG")):
         path = tmp_path / "held-out" / f"{index}.{fmt.lower()}"
