@@ -338,7 +338,7 @@ class EmbeddedStack:
             raise EmbeddedStackError(f"building the Lambda functions of {self.template}: {error}") from None
         packaged = package(template, self.template.parent, s3)
         # moto's CloudFormation keeps AWS::NoValue as a null: leave those out first, as AWS does
-        self.translated = without_no_value(translate(packaged, parameters, REGION), parameters)
+        self.translated = without_no_value(translate(packaged, parameters, REGION), parameters, region=REGION)
         creators = ExternalCreators(self.fsx, self.sagemaker, stack_name=self.stack_name)
         body, external = create_external(
             self.translated,

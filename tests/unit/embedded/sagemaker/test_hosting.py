@@ -20,7 +20,7 @@ import boto3
 import pytest
 import torch
 from botocore.config import Config
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, WaiterError
 from moto.sagemaker.models import sagemaker_backends
 from PIL import Image
 
@@ -328,3 +328,31 @@ def test_retrain_predict_on_the_embedded_stack_approves_deploys_and_classifies(
     # AND a second call finds that endpoint instead of deploying another
     again = predict.predict(deployment, images[:1], dataset=None, package_arn=arn)
     assert again[1] == endpoint and again[2][0].predictions == answers[0].predictions
+
+
+def test_a_model_without_its_handler_fails_to_deploy_with_the_containers_reason(hosted: Hosted) -> None:
+    # GIVEN model data of weights alone (no code/inference.py), deployed on the serving image
+    sagemaker, s3 = hosted.client("sagemaker"), hosted.client("s3")
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz") as archive:
+        archive.add(hosted.model_dir / contract.MODEL_FILE, arcname=contract.MODEL_FILE)
+    s3.put_object(Bucket=BUCKET, Key="bare/model.tar.gz", Body=out.getvalue())
+    sagemaker.create_model(
+        ModelName="bare",
+        ExecutionRoleArn=ROLE,
+        PrimaryContainer={
+            "Image": base_image.inference_uri(REGION),
+            "ModelDataUrl": f"s3://{BUCKET}/bare/model.tar.gz",
+            "Environment": dict(serving.ENVIRONMENT),
+        },
+    )
+    variant = {"VariantName": "AllTraffic", "ModelName": "bare", "InstanceType": "ml.m5.large"}
+    sagemaker.create_endpoint_config(EndpointConfigName="bare", ProductionVariants=[variant])
+    # WHEN its endpoint is created THEN it fails, saying why the container did not come up
+    sagemaker.create_endpoint(EndpointName="bare", EndpointConfigName="bare")
+    with pytest.raises(WaiterError):
+        sagemaker.get_waiter("endpoint_in_service").wait(EndpointName="bare", WaiterConfig=WAIT)
+    described = sagemaker.describe_endpoint(EndpointName="bare")
+    assert described["EndpointStatus"] == "Failed"
+    assert "did not pass the ping health check" in described["FailureReason"]
+    assert "No module named 'inference'" in described["FailureReason"]
