@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from typing import TypedDict
 
+from retrain_contract.container import PROGRAM_ENV
+
 # The inference toolkit imports SAGEMAKER_PROGRAM from /opt/ml/model/code (sagemaker_inference.environment).
 PROGRAM = "inference.py"
 CODE_DIR = "code"
-ENVIRONMENT = {"SAGEMAKER_PROGRAM": PROGRAM, "SAGEMAKER_CONTAINER_LOG_LEVEL": "20"}
+ENVIRONMENT = {PROGRAM_ENV: PROGRAM, "SAGEMAKER_CONTAINER_LOG_LEVEL": "20"}
 
 # A request is the bytes of one image; application/x-image is any image type the handler decodes.
 CONTENT_TYPE_ANY_IMAGE = "application/x-image"

@@ -40,6 +40,7 @@ from retrain.embedded.sagemaker.errors import validation
 from retrain.embedded.sagemaker.image import IMAGE_ENVIRONMENTS, ContainerImage, image_environment
 from retrain.embedded.sagemaker.s3io import S3Uri
 from retrain.embedded.sagemaker.training import JobContext
+from retrain_contract import container as contract
 
 SERVING_REQUIREMENTS: Final = Path(__file__).with_name("serving-image.txt")
 TOOLKIT: Final = Path(__file__).with_name("serving_toolkit.py")
@@ -406,7 +407,7 @@ class Hosting:
             **(resolved.get("Environment") or {}),
         }
         spec = ContainerSpec(
-            argv=[str(image.interpreter), str(TOOLKIT)],
+            argv=[str(image.interpreter), str(TOOLKIT), contract.PROGRAM_ENV],
             env=container_environment(image, environment),
             opt_ml=opt_ml,
             network_isolation=False,  # the emulator reaches /ping and /invocations on this machine's loopback

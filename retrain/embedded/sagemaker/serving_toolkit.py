@@ -30,9 +30,10 @@ UTF8_TYPES = ("application/json", "text/csv")
 DEFAULT_PORT = 8080
 
 
-def load_program() -> Any:
+def load_program(variable: str) -> Any:
+    """The module `variable` (SAGEMAKER_PROGRAM) names in the model's code directory."""
     sys.path.insert(0, CODE_DIR)
-    program = os.environ.get("SAGEMAKER_PROGRAM", "inference.py")
+    program = os.environ.get(variable, "inference.py")
     module = importlib.import_module(program.removesuffix(".py"))
     missing = [name for name in HANDLERS if not callable(getattr(module, name, None))]
     if missing:
@@ -87,7 +88,8 @@ def serve(module: Any, model: Any, port: int, default_accept: str) -> None:
 
 
 def main() -> None:
-    module = load_program()
+    """argv[1]: the name of the program's variable (retrain_contract.container.PROGRAM_ENV)."""
+    module = load_program(sys.argv[1])
     model = module.model_fn(MODEL_DIR)
     port = int(os.environ.get("SAGEMAKER_BIND_TO_PORT", DEFAULT_PORT))
     default_accept = os.environ.get("SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT", "application/json")

@@ -7,6 +7,7 @@ from typing import Any
 
 from controller import names, register
 from retrain.dev import base_image
+from retrain_contract import container as contract
 from retrain_contract import serving
 from tests.unit.functions.support import Aws, function_environment
 
@@ -43,7 +44,7 @@ def test_the_package_is_the_models_archive_on_the_regions_inference_image(aws: A
     [container] = spec["Containers"]
     assert container["Image"] == image
     assert container["ModelDataUrl"] == MODEL_DATA
-    assert container["Environment"]["SAGEMAKER_PROGRAM"] == serving.PROGRAM
+    assert container["Environment"][contract.PROGRAM_ENV] == serving.PROGRAM
     assert spec["SupportedContentTypes"] == list(serving.CONTENT_TYPES)
     assert spec["SupportedResponseMIMETypes"] == [serving.RESPONSE_TYPE]
     assert spec["SupportedRealtimeInferenceInstanceTypes"] == list(serving.REALTIME_INSTANCE_TYPES)
