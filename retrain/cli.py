@@ -1,4 +1,4 @@
-"""The `retrain` command line: demo, upload, start, status, runs, report, local up|down.
+"""The `retrain` command line: demo, upload, start, status, runs, report, predict, local up|down.
 
 Every command talks to one stack through boto3: a deployed stack named with --stack (ordinary AWS
 credentials), or the embedded emulation on this machine. Errors the user can fix are one line on stderr
@@ -30,6 +30,7 @@ from retrain.demo import (
     DEMO_PARAMETERS,
     DEMO_TIMEOUT_MINUTES,
     DemoOptions,
+    held_out_table,
     lineage_table,
     run_demo,
     timing_table,
@@ -37,12 +38,14 @@ from retrain.demo import (
 from retrain.deployment import Deployment, connect
 from retrain.errors import EmbeddedRuntimeError, NoCredentialsError, RetrainError, RunFailedError
 from retrain.follow import follow, plain_line, render, snapshot, wait_for_run
+from retrain.predict import Answer
+from retrain.predict import predict as predict_images
 from retrain.report.build import write_report
 from retrain.report.facts import RunFacts
 from retrain.start import Overrides, parse_assignments, start_run
 from retrain.summary import summary
 from retrain.upload import check_dataset_name, find_files, upload_files
-from retrain_contract import container
+from retrain_contract import container, serving
 
 RUNS_DIR = Path("runs")
 
@@ -120,9 +123,12 @@ def _console(json_output: bool) -> Console:
 
 
 @contextlib.contextmanager
-def _deployment(stack: str | None, state_dir: Path, *, read_only: bool) -> Iterator[Deployment]:
+def _deployment(
+    stack: str | None, state_dir: Path, *, read_only: bool, from_state: bool = False
+) -> Iterator[Deployment]:
     """The stack a command talks to: --stack on AWS, else the background embedded stack, else (to read a
-    finished demo's runs) an embedded stack started for this command from the saved state."""
+    finished demo's runs, or with `from_state` to act on them) an embedded stack started for this command
+    from the saved state."""
     if stack:
         yield connect(stack)
         return
@@ -130,8 +136,8 @@ def _deployment(stack: str | None, state_dir: Path, *, read_only: bool) -> Itera
     if running is not None:
         yield running
         return
-    if read_only and local.has_state(state_dir):
-        with local.foreground(state_dir, read_only=True) as deployment:
+    if (read_only or from_state) and local.has_state(state_dir):
+        with local.foreground(state_dir, read_only=read_only) as deployment:
             yield deployment
         return
     raise EmbeddedRuntimeError(
@@ -231,6 +237,8 @@ def demo(  # noqa: PLR0913
             reported = [_report(ran.deployment, r, upload_keys=ran.upload_keys) for r in ran.records]
             if len(reported) > 1 and not json_output:
                 console.print(lineage_table(reported))
+            if ran.held_out and not json_output:
+                console.print(held_out_table(ran, dataset))
             _conclude(reported[-1], json_output=json_output, console=console)
         finally:
             if not json_output:
@@ -445,6 +453,60 @@ def report(
         facts.report = _publish_report(deployment, record, out_dir)
     where = facts.report if facts.report == str(path) else f"{facts.report} (and {path})"
     typer.echo(json.dumps(summary(facts)) if json_output else f"report: {where}")
+
+
+@app.command("predict")
+def predict_command(
+    images: Annotated[list[Path], typer.Argument(metavar="IMAGE...", help="JPEG or PNG files to classify.")],
+    dataset: Annotated[
+        str | None, typer.Option("--dataset", help="The data set whose champion answers.")
+    ] = None,
+    model_package: Annotated[
+        str | None, typer.Option("--model-package", help="A model package ARN (default: the champion's).")
+    ] = None,
+    top_k: Annotated[
+        int, typer.Option("--top-k", min=1, max=serving.TOP_K, help="Labels shown per image.")
+    ] = 3,
+    approve: Annotated[
+        bool,
+        typer.Option("--approve", help="Embedded stack: approve the package (as its reviewer) to deploy it."),
+    ] = False,
+    json_output: JsonOption = False,
+    stack: StackOption = None,
+    state_dir: StateDirOption = local.DEFAULT_STATE_DIR,
+) -> None:
+    """Classify images with a data set's champion (or a model package) through its SageMaker endpoint."""
+    if dataset is not None:
+        check_dataset_name(dataset)
+    with _deployment(stack, state_dir, read_only=False, from_state=True) as deployment:
+        arn, endpoint, answers = predict_images(
+            deployment, images, dataset=dataset, package_arn=model_package, approve_package=approve
+        )
+    if json_output:
+        typer.echo(
+            json.dumps(
+                {
+                    "model_package_arn": arn,
+                    "endpoint": endpoint,
+                    "images": [
+                        {"image": str(a.image), "predictions": a.predictions[:top_k]} for a in answers
+                    ],
+                }
+            )
+        )
+        return
+    Console(highlight=False).print(predictions_table(arn, endpoint, answers, top_k))
+
+
+def predictions_table(arn: str, endpoint: str, answers: list[Answer], top_k: int) -> Table:
+    table = Table(title=f"{arn} (endpoint {endpoint})", title_justify="left", header_style="bold", box=None)
+    table.add_column("image")
+    for rank in range(1, top_k + 1):
+        table.add_column(f"#{rank}")
+    for answer in answers:
+        cells = [f"{p['label']} {p['probability']:.3f}" for p in answer.predictions[:top_k]]
+        table.add_row(str(answer.image), *cells)
+    return table
 
 
 @local_app.command("up")

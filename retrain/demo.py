@@ -24,9 +24,10 @@ from rich.table import Table
 from controller import names, runs
 from retrain import demo_data, local
 from retrain.deployment import Deployment
-from retrain.errors import UsageError
+from retrain.errors import RetrainError, UsageError
 from retrain.follow import follow, wait_for_run
 from retrain.job_logs import MetricPoint
+from retrain.predict import predict
 from retrain.report.facts import RunFacts
 from retrain.timing import Phase
 from retrain.upload import LocalFile, check_dataset_name, find_files, likely_images, upload_files
@@ -86,6 +87,7 @@ class DemoRun:
     records: list[runs.RunRecord]  # one per upload wave, in order
     upload_keys: set[str]
     phases: list[Phase]  # the demo's own, before and around the runs: where its wall time went
+    held_out: list[LocalFile]  # digits no run saw, for the champion's endpoint to classify at the end
 
     @property
     def record(self) -> runs.RunRecord:
@@ -121,6 +123,20 @@ def waves(files: list[LocalFile], new_label: str) -> list[list[LocalFile]]:
     return [first, second]
 
 
+# The digits the demo never uploads: one of each of these labels, classified by the champion at the end.
+HELD_OUT_LABELS = demo_data.LABELS[::2]
+
+
+def hold_out(
+    files: list[LocalFile], labels: tuple[str, ...] | list[str]
+) -> tuple[list[LocalFile], list[LocalFile]]:
+    """(files to upload, files held out): the last image of each of `labels` stays out of every upload."""
+    images = likely_images(files)
+    held = [found[-1] for label in labels if (found := [f for f in images if _label(f) == label])]
+    kept = {id(f) for f in held}
+    return [f for f in files if id(f) not in kept], held
+
+
 def _label(file: LocalFile) -> str:
     return file.relative.split("/", 1)[0]
 
@@ -149,6 +165,9 @@ def run_demo(options: DemoOptions, *, console: Console, quiet: bool) -> Iterator
             folder = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="retrain-digits-")))
             root = _write_digits(folder, options.limit, console=console, quiet=quiet)
         files = find_files(root)
+        held: list[LocalFile] = []
+        if options.images is None:
+            files, held = hold_out(files, HELD_OUT_LABELS)
         uploads = [files] if options.images is not None else waves(files, demo_data.LABELS[-1])
         clock.lap("write the images")
         min_new = min(len(likely_images(wave)) for wave in uploads)
@@ -162,7 +181,7 @@ def run_demo(options: DemoOptions, *, console: Console, quiet: bool) -> Iterator
             keys |= wave_keys
             if record["status"] not in ("SUCCEEDED", "REJECTED"):
                 break  # a later wave would only repeat the failure
-        yield DemoRun(deployment, records, keys, clock.phases)
+        yield DemoRun(deployment, records, keys, clock.phases, held)
 
 
 def _run_wave(
@@ -210,6 +229,37 @@ class _Clock:
         now = time.monotonic()
         self.phases.append(Phase(name, now - self._last))
         self._last = now
+
+
+def held_out_table(ran: DemoRun, dataset: str) -> Table | str:
+    """The champion's answers for the digits no run saw, through its endpoint on the embedded stack
+    (approved and deployed as `retrain predict --approve` does), or why there are none."""
+    try:
+        arn, endpoint, answers = predict(
+            ran.deployment,
+            [f.path for f in ran.held_out],
+            dataset=dataset,
+            package_arn=None,
+            approve_package=True,
+        )
+    except RetrainError as error:
+        return f"no classification of the held-out digits: {error}"
+    right = 0
+    table = Table(
+        title=f"The champion classifies digits no run saw (endpoint {endpoint}, {arn})",
+        title_justify="left",
+        header_style="bold",
+        box=None,
+    )
+    for column in ("image", "label", "answer", "probability", "next"):
+        table.add_column(column)
+    for file, answer in zip(ran.held_out, answers, strict=True):
+        best, *rest = answer.predictions
+        right += best["label"] == _label(file)
+        runner_up = f"{rest[0]['label']} {rest[0]['probability']:.3f}" if rest else "-"
+        table.add_row(file.relative, _label(file), best["label"], f"{best['probability']:.3f}", runner_up)
+    table.caption = f"{right} of {len(answers)} right"
+    return table
 
 
 def timing_table(demo_phases: list[Phase], run_phases: dict[str, list[Phase]]) -> Table:

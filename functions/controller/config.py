@@ -46,9 +46,10 @@ class Config:
     failure_backoff_seconds: int
     min_image_side: int
     max_image_pixels: int  # Pillow's decompression-bomb budget by default
-    # Set only for the functions that start executions or pass the SageMaker role.
+    # Set only for the functions that start executions or pass the SageMaker role, and for register.
     state_machine_arn: str = ""
     sagemaker_role_arn: str = ""
+    inference_image_uri: str = ""
 
 
 def _required(environ: Mapping[str, str], name: str) -> str:
@@ -122,6 +123,7 @@ def from_environ(environ: Mapping[str, str]) -> Config:
         failure_backoff_seconds=_int(environ, names.ENV_FAILURE_BACKOFF_SECONDS),
         state_machine_arn=environ.get(names.ENV_STATE_MACHINE_ARN, ""),
         sagemaker_role_arn=environ.get(names.ENV_SAGEMAKER_ROLE_ARN, ""),
+        inference_image_uri=environ.get(names.ENV_INFERENCE_IMAGE_URI, ""),
     )
 
 

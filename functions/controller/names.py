@@ -180,6 +180,8 @@ ENV_QUIET_PERIOD_SECONDS: Final = "QUIET_PERIOD_SECONDS"
 ENV_MAX_WAIT_SECONDS: Final = "MAX_WAIT_SECONDS"
 ENV_SETTINGS: Final = "RUN_SETTINGS"  # JSON: the template's training/tuning defaults (config.RunSettings)
 ENV_SAGEMAKER_ROLE_ARN: Final = "SAGEMAKER_ROLE_ARN"
+# The serving image of registered model packages (register only; empty where the region has none).
+ENV_INFERENCE_IMAGE_URI: Final = "INFERENCE_IMAGE_URI"
 ENV_CHECKPOINT_EVAL_EVERY: Final = "CHECKPOINT_EVAL_EVERY"
 ENV_CHECKPOINT_EVAL_MAX: Final = "CHECKPOINT_EVAL_MAX_PER_RUN"
 ENV_MIN_IMPROVEMENT: Final = "MIN_IMPROVEMENT"

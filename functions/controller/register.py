@@ -1,4 +1,8 @@
-"""Register an accepted model as a package in the data set's model package group (created on first use)."""
+"""Register an accepted model as a package in the data set's model package group (created on first use).
+
+The package is deployable: its container is the region's PyTorch inference image (INFERENCE_IMAGE_URI)
+with the training job's model.tar.gz, whose code/inference.py the image's inference toolkit runs
+(retrain_contract.serving: the content types, instance types and environment declared here)."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from botocore.exceptions import ClientError
 from controller import clients, names, runs
 from controller.config import Config, get_config
 from controller.observability import logger, tracer
+from retrain_contract import serving
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -34,6 +39,21 @@ def ensure_group(group: str, dataset: str, *, sagemaker: SageMakerClient) -> Non
             raise
 
 
+def inference_specification(image: str, model_data: str) -> InferenceSpecificationTypeDef:
+    """How SageMaker hosts the package: the serving image, the model data, what it takes and answers."""
+    environment = dict(serving.ENVIRONMENT)
+    # The contract's instance types are plain strings; botocore's model holds them to its enums.
+    realtime: Any = list(serving.REALTIME_INSTANCE_TYPES)
+    transform: Any = list(serving.TRANSFORM_INSTANCE_TYPES)
+    return {
+        "Containers": [{"Image": image, "ModelDataUrl": model_data, "Environment": environment}],
+        "SupportedContentTypes": list(serving.CONTENT_TYPES),
+        "SupportedResponseMIMETypes": [serving.RESPONSE_TYPE],
+        "SupportedRealtimeInferenceInstanceTypes": realtime,
+        "SupportedTransformInstanceTypes": transform,
+    }
+
+
 def register(
     event: dict[str, Any],
     *,
@@ -42,21 +62,20 @@ def register(
     sagemaker: SageMakerClient,
 ) -> dict[str, Any]:
     run, model, decision = event["run"], event["model"], event["gate"]
-    image, instance_type = str(run["training_image"]), str(run["evaluation_instance_type"])
     group = names.model_package_group(config.model_package_group_prefix, run["dataset"])
     ensure_group(group, run["dataset"], sagemaker=sagemaker)
-    specification: InferenceSpecificationTypeDef = {
-        "Containers": [{"Image": image, "ModelDataUrl": str(model["model_data"])}],
-        "SupportedContentTypes": ["application/x-image", "image/jpeg", "image/png"],
-        "SupportedResponseMIMETypes": ["application/json"],
-        "SupportedRealtimeInferenceInstanceTypes": [instance_type],  # type: ignore[list-item]
-        "SupportedTransformInstanceTypes": [instance_type],  # type: ignore[list-item]
-    }
+    hosting: dict[str, Any] = {}
+    if config.inference_image_uri:
+        hosting["InferenceSpecification"] = inference_specification(
+            config.inference_image_uri, str(model["model_data"])
+        )
+    else:
+        logger.warning("no PyTorch inference image in this region: the package is registered undeployable")
     response = sagemaker.create_model_package(
         ModelPackageGroupName=group,
         ModelPackageDescription=f"run {run['run_id']}: {decision['reason']}"[:1000],
         ModelApprovalStatus=config.approval_status,  # type: ignore[arg-type]
-        InferenceSpecification=specification,
+        **hosting,
         ModelMetrics={
             "ModelQuality": {
                 "Statistics": {"ContentType": "application/json", "S3Uri": str(decision["evaluation_uri"])}

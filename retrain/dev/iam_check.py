@@ -9,7 +9,8 @@ Task's static Parameters are held against the API's model (:mod:`retrain.embedde
 - each Task of each state machine as its role: the call itself and, for ``.sync``, what Step Functions
   does behind it (describe, stop, tags, the managed EventBridge rule, ``iam:PassRole``); the role's
   permissions for the Logging configuration;
-- the SageMaker execution role against the S3 layout the runs use (``controller.names``).
+- the SageMaker execution role against the S3 layout the runs use (``controller.names``), and as the
+  execution role of a registered package's model: its model data and the serving image it pulls.
 
 A value only known at run time (a job name, the bucket of an ``s3://`` URI in an event) stands as '*':
 the role must allow the action on some matching resource. ``python -m retrain.dev.iam_check`` prints
@@ -26,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from retrain.dev import calls
-from retrain.dev.template_model import REPO, Role, Template, load
+from retrain.dev import base_image, calls
+from retrain.dev.template_model import REPO, Role, Template, function_environment, load
 from retrain.embedded.account import ACCOUNT_ID, REGION
 from retrain.embedded.gatekeeper import contracts
 from retrain.embedded.gatekeeper.iam.actions import (
@@ -74,22 +75,32 @@ class Checker:
         self.template = template
         self.evaluator = evaluator
 
-    def denied(self, role: Role, access: Access) -> str | None:
+    def denied(
+        self, role: Role, access: Access, resource_policy: Mapping[str, Any] | None = None
+    ) -> str | None:
         """Why the role may not do it; None when it may. Parts known only at run time ('*') are
         "some resource" and "a condition the run-time value may meet"."""
         known = {key: value for key, value in access.context.items() if UNKNOWN not in value}
         decision = self.evaluator.evaluate(
             AuthzRequest(role.arn, access.action, access.resource, known),
             role.policies,
+            resource_policy,
             any_match=UNKNOWN in access.resource or known != dict(access.context),
         )
         return None if decision.allowed else decision.reason
 
-    def check(self, who: str, role: Role, needed: list[Access], where: str) -> list[Finding]:
+    def check(
+        self,
+        who: str,
+        role: Role,
+        needed: list[Access],
+        where: str,
+        resource_policy: Mapping[str, Any] | None = None,
+    ) -> list[Finding]:
         return [
             Finding(who, f"{access.action} on {access.resource}", where, reason)
             for access in needed
-            if (reason := self.denied(role, access)) is not None
+            if (reason := self.denied(role, access, resource_policy)) is not None
         ]
 
 
@@ -308,7 +319,40 @@ def sagemaker_role_findings(checker: Checker) -> list[Finding]:
             needed,
             "the S3 layout of a run (controller.names)",
         )
+        model_key = names.output_prefix(dataset, run) + "job/output/model.tar.gz"
+        serving, pull = _serving_accesses(template, artifacts, model_key)
+        where = "a registered package's container (register.py, `retrain predict`)"
+        found += checker.check(f"SageMaker endpoints (role {role.logical_id})", role, serving, where)
+        found += checker.check(
+            f"SageMaker endpoints (role {role.logical_id})",
+            role,
+            pull,
+            where + ", from AWS's DLC registry",
+            base_image.DLC_REPOSITORY_POLICY,
+        )
     return found
+
+
+def _serving_accesses(
+    template: Template, artifacts: str, model_key: str
+) -> tuple[list[Access], list[Access]]:
+    """What an endpoint of a registered package does as its model's execution role (the stack's
+    SageMaker role, as `retrain predict` and the README deploy it): read the model data and write the
+    endpoint's logs; and pull the serving image the register function names, from AWS's account."""
+    image = function_environment(template, "RegisterModelFunction").get("INFERENCE_IMAGE_URI", "")
+    group = f"arn:aws:logs:{REGION}:{ACCOUNT_ID}:log-group:/aws/sagemaker/Endpoints/endpoint"
+    needed = [
+        Access("s3:GetObject", f"arn:aws:s3:::{artifacts}/{model_key}"),
+        Access("logs:PutLogEvents", f"{group}:log-stream:AllTraffic/i-1"),
+        Access("ecr:GetAuthorizationToken", "*"),
+    ]
+    pull: list[Access] = []
+    if image:
+        registry, repository = image.split("/", 1)
+        account, region = registry.split(".")[0], registry.split(".")[3]
+        arn = f"arn:aws:ecr:{region}:{account}:repository/{repository.split(':')[0]}"
+        pull = [Access(action, arn) for action in ("ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer")]
+    return needed, pull
 
 
 def run(template_path: Path = REPO / "template.yaml") -> list[Finding]:

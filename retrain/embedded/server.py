@@ -118,6 +118,8 @@ class GatedApplication:
         if signed is None or str(environ.get("PATH_INFO", "")).startswith("/moto-api"):
             return self.app(environ, start_response)
         key, service = signed
+        if service == "sagemaker" and str(environ.get("PATH_INFO", "")).endswith("/invocations"):
+            service = "sagemaker-runtime"  # SageMaker Runtime signs as sagemaker; moto routes it so too
         if self.before is not None:
             self.before(key, service)
         body = _body(environ)

@@ -163,6 +163,11 @@ class EmbeddedStack:
         pull = _ECR_IMAGE.match(image)
         if pull:
             repository = f"arn:aws:ecr:{pull['region']}:{pull['registry']}:repository/{pull['repository']}"
+            # AWS's Deep Learning Containers (a package's serving image) live in AWS's registry accounts,
+            # whose repository policy lets any account pull; any other account's image has none here.
+            from retrain.dev import base_image  # sagemaker-core's data, read when a job or endpoint starts
+
+            aws_image = pull["registry"] in base_image.dlc_accounts()
             try:
                 self.gatekeeper.authorize(
                     principal,
@@ -172,6 +177,7 @@ class EmbeddedStack:
                         Access("ecr:GetDownloadUrlForLayer", repository),
                     ],
                     service="ecr",
+                    resource_policy=base_image.DLC_REPOSITORY_POLICY if aws_image else None,
                 )
             except RequestRefusedError as refused:
                 raise RuntimeError(f"pulling {image}: {refused.code}: {refused.message}") from None
@@ -345,7 +351,7 @@ class EmbeddedStack:
             raise EmbeddedStackError(f"building the Lambda functions of {self.template}: {error}") from None
         packaged = package(template, self.template.parent, s3)
         # moto's CloudFormation keeps AWS::NoValue as a null: leave those out first, as AWS does
-        self.translated = without_no_value(translate(packaged, parameters, REGION), parameters)
+        self.translated = without_no_value(translate(packaged, parameters, REGION), parameters, region=REGION)
         creators = ExternalCreators(self.fsx, self.sagemaker, stack_name=self.stack_name)
         body, external = create_external(
             self.translated,

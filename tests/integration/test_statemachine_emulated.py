@@ -16,14 +16,17 @@ from typing import Any
 import boto3
 import numpy as np
 import pytest
+import torch
 from moto.server import ThreadedMotoServer
 from PIL import Image
 
 from controller import names
 from controller.config import Config, get_config
+from retrain import predict
 from retrain.dev.template_model import default_environment
 from retrain.embedded.sagemaker import JobContext, SageMakerEmulator, api_installed
 from retrain.embedded.stepfunctions.integrations import installed
+from retrain_training import data, evaluate
 from tests.integration.test_statemachine_branches import (
     FUNCTIONS,
     SETTINGS,
@@ -91,6 +94,9 @@ def environment(config: Config) -> dict[str, str]:
         names.ENV_SETTINGS: json.dumps(TINY),
         names.ENV_MIN_ACCURACY: "0.0",
         names.ENV_MODEL_APPROVAL_STATUS: "Approved",
+        names.ENV_INFERENCE_IMAGE_URI: default_environment("RegisterModelFunction")[
+            names.ENV_INFERENCE_IMAGE_URI
+        ],
     }
 
 
@@ -159,11 +165,14 @@ def emulated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harnes
             ):
                 yield harness
         finally:
+            emulator.hosting.close()
             get_config.cache_clear()
             server.stop()
 
 
-def test_a_run_trains_checks_rules_evaluates_and_registers_with_the_real_container(emulated: Harness) -> None:
+def test_a_run_trains_checks_rules_evaluates_registers_and_serves_with_the_real_container(
+    emulated: Harness, tmp_path: Path
+) -> None:
     # GIVEN 40 uploaded images of two labels and a one-trial tuning budget
     # WHEN a run executes against the SageMaker emulator
     result = emulated.run({"dataset": "flowers"}, timeout=540)
@@ -208,3 +217,41 @@ def test_a_run_trains_checks_rules_evaluates_and_registers_with_the_real_contain
     [container] = package["InferenceSpecification"]["Containers"]
     assert container["ModelDataUrl"] == record["model_data"]
     assert record["training_seconds"] > 0
+    # AND that package deploys and answers as evaluate.py does
+    _serves_what_evaluate_ranks(emulated, dict(record), tmp_path)
+
+
+def _serves_what_evaluate_ranks(emulated: Harness, record: dict[str, Any], tmp_path: Path) -> None:
+    """The run's package deploys (CreateModel from it, CreateEndpointConfig, CreateEndpoint) and
+    classifies images no run saw through InvokeEndpoint, answering the labels evaluate.py's forward pass
+    ranks first."""
+    s3 = emulated.aws.s3
+    client = boto3.client("sagemaker", region_name="us-east-1")  # boto3's, as the CLI deploys it
+    package = predict.describe_package(client, record["model_package_arn"])
+    endpoint = predict.deploy(client, package, emulated.config.sagemaker_role_arn)
+    held_out = []
+    for index, fmt in enumerate(("JPEG", "PNG", "JPEG", "PNG")):
+        path = tmp_path / "held-out" / f"{index}.{fmt.lower()}"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pixels = np.random.default_rng(100 + index).integers(0, 256, size=(36, 44, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(path, format=fmt)
+        held_out.append(path)
+    answers = predict.classify(boto3.client("sagemaker-runtime", region_name="us-east-1"), endpoint, held_out)
+    archive = tmp_path / "model.tar.gz"
+    bucket, key = record["model_data"].removeprefix("s3://").split("/", 1)
+    archive.write_bytes(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+    artifact = evaluate.load_artifact(archive, tmp_path)
+    logits = evaluate.predict(
+        evaluate.build(artifact, torch.device("cpu")),
+        [data.Sample(p, 0, p.name) for p in held_out],
+        image_size=artifact.image_size,
+        batch_size=8,
+        num_workers=0,
+        device=torch.device("cpu"),
+    )
+    for answer, row in zip(answers, torch.softmax(logits, dim=1), strict=True):
+        expected = row.topk(len(artifact.labels))
+        assert [p["label"] for p in answer.predictions] == [artifact.labels[int(i)] for i in expected.indices]
+        assert [p["probability"] for p in answer.predictions] == pytest.approx(
+            expected.values.tolist(), abs=1e-5
+        )

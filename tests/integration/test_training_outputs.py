@@ -17,6 +17,7 @@ import torch
 from PIL import Image
 
 from retrain_contract import container as contract
+from retrain_contract import serving
 from retrain_training import models
 
 pytestmark = [pytest.mark.slow]
@@ -82,13 +83,14 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, subpr
     return base, data, result
 
 
-def test_training_writes_the_model_labels_and_config_only_in_the_model_dir(trained) -> None:  # type: ignore[no-untyped-def]
+def test_training_writes_the_model_labels_config_and_handler_only_in_the_model_dir(trained) -> None:  # type: ignore[no-untyped-def]
     base, _, result = trained
     assert result.returncode == 0, result.stderr[-3000:]
     model_dir = base / "model"
     assert sorted(p.name for p in model_dir.iterdir()) == sorted(
-        [contract.MODEL_FILE, contract.LABELS_FILE, contract.CONFIG_FILE]
+        [contract.MODEL_FILE, contract.LABELS_FILE, contract.CONFIG_FILE, serving.CODE_DIR]
     )
+    assert (model_dir / serving.CODE_DIR / serving.PROGRAM).is_file()
     artifact = torch.load(model_dir / contract.MODEL_FILE, weights_only=True)
     assert (artifact["arch"], artifact["labels"]) == ("resnet18", ["blue", "green", "red"])
     assert artifact["state_dict"]["fc.weight"].shape == (3, 512)

@@ -36,6 +36,7 @@ from retrain_training import (
     loaders,
     models,
     profiler,
+    serving,
 )
 
 log = logging.getLogger("train")
@@ -154,7 +155,8 @@ def write_model(
     labels: list[str],
     summary: dict[str, Any],
 ) -> None:
-    """model.pt (state_dict + arch + labels), labels.json and config.json, only in SM_MODEL_DIR."""
+    """model.pt (state_dict + arch + labels), labels.json, config.json and the inference handler's code/
+    (serving.write_code: model.tar.gz is then a deployable model), only in SM_MODEL_DIR."""
     paths.model_dir.mkdir(parents=True, exist_ok=True)
     artifact = {
         "arch": args.model,
@@ -171,6 +173,7 @@ def write_model(
         **summary,
     }
     (paths.model_dir / contract.CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    serving.write_code(paths.model_dir)
 
 
 def restore(

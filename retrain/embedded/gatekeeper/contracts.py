@@ -54,6 +54,7 @@ ERROR_CODES: Final[Mapping[str, str]] = {
     "cloudformation": "ValidationError",
     "iam": "ValidationError",
     "sts": "ValidationError",
+    "sagemaker-runtime": "ValidationError",
 }
 # Limits AWS applies that botocore's models omit, in UTF-8 bytes: (service, shape name) -> (max, error code,
 # the service's message). S3 object keys may be 1024 bytes long; the model gives only ``min: 1``.

@@ -13,6 +13,7 @@ Every decision is logged in ``decisions`` (bounded), so tests can see what was a
 from __future__ import annotations
 
 import collections
+import json
 import logging
 import threading
 from collections.abc import Iterable, Mapping
@@ -135,10 +136,14 @@ class Gatekeeper:
         found = self.principals.credentials(role_arn)
         return found.access_key_id, found.secret_access_key
 
-    def _decide(self, principal: Principal, access: Access) -> Decision:
+    def _decide(
+        self, principal: Principal, access: Access, resource_policy: Mapping[str, Any] | None = None
+    ) -> Decision:
         """iam-simulate's decision; the same request of the same role is decided once (a role's policies
         do not change while the stack runs, and a run asks the same of the same tables again and again)."""
-        key = (principal.role_arn, access.action, access.resource, tuple(sorted(access.context.items())))
+        context = tuple(sorted(access.context.items()))
+        policy = json.dumps(resource_policy, sort_keys=True) if resource_policy is not None else ""
+        key = (principal.role_arn, access.action, access.resource, (*context, ("resource-policy", policy)))
         with self._lock:
             cached = self._cache.get(key)
         if cached is not None:
@@ -146,6 +151,7 @@ class Gatekeeper:
         decision = self.evaluator.evaluate(
             AuthzRequest(principal.role_arn, access.action, access.resource, access.context),
             principal.policies,
+            resource_policy,
         )
         with self._lock:
             if len(self._cache) >= MAX_CACHED:
@@ -153,11 +159,19 @@ class Gatekeeper:
             self._cache[key] = decision
         return decision
 
-    def authorize(self, principal: Principal, needed: Iterable[Access], *, service: str) -> None:
-        """Every access must be allowed; the first denied one is refused with AWS's message."""
+    def authorize(
+        self,
+        principal: Principal,
+        needed: Iterable[Access],
+        *,
+        service: str,
+        resource_policy: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Every access must be allowed (with `resource_policy`, the resource's own policy, as another
+        account's resource needs); the first denied one is refused with AWS's message."""
         for access in needed:
             try:
-                decision = self._decide(principal, access)
+                decision = self._decide(principal, access, resource_policy)
             except EvaluatorError as error:
                 # A mapping that does not fit IAM's model of the action is the emulation's bug: say so.
                 raise RequestRefusedError(

@@ -7,6 +7,7 @@ import re
 from collections.abc import Callable
 from typing import Any, Final
 
+from retrain.embedded.account import ACCOUNT_ID, REGION
 from retrain.embedded.provisioning.sam import ProvisioningError
 
 
@@ -156,15 +157,26 @@ _FUNCTIONS: Final[dict[str, Callable[[Intrinsics, Any], Any]]] = {
 NO_VALUE: Final = {"Ref": "AWS::NoValue"}
 
 
-def without_no_value(template: dict[str, Any], parameters: dict[str, Any]) -> dict[str, Any]:
+def without_no_value(
+    template: dict[str, Any], parameters: dict[str, Any], *, region: str = REGION
+) -> dict[str, Any]:
     """The template with every list item and property whose Fn::If picks AWS::NoValue left out.
 
     CloudFormation removes them; moto's CloudFormation keeps a null (a policy with a null statement,
-    which no IAM evaluator reads). The conditions are evaluated from the parameters (defaults filled in)."""
+    which no IAM evaluator reads). The conditions are evaluated from the parameters (defaults filled in),
+    the pseudo parameters of the stack's region and account, and the template's Mappings."""
     declared = template.get("Parameters", {})
-    values = {k: str(v["Default"]) for k, v in declared.items() if "Default" in v}
+    values: dict[str, Any] = {
+        "AWS::Region": region,
+        "AWS::AccountId": ACCOUNT_ID,
+        "AWS::Partition": "aws-cn" if region.startswith("cn-") else "aws",
+        "AWS::URLSuffix": "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com",
+    }
+    values.update({k: str(v["Default"]) for k, v in declared.items() if "Default" in v})
     values.update({k: v for k, v in parameters.items()})
-    intrinsics = Intrinsics(values, {}, conditions=template.get("Conditions"))
+    intrinsics = Intrinsics(
+        values, {}, conditions=template.get("Conditions"), mappings=template.get("Mappings")
+    )
 
     def picks_no_value(node: Any) -> bool:
         if not (isinstance(node, dict) and list(node) == ["Fn::If"]):

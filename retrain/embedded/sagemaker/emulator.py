@@ -23,6 +23,7 @@ from retrain.embedded.sagemaker.errors import (
     injected_error,
     validation,
 )
+from retrain.embedded.sagemaker.hosting import Hosting, Invocation
 from retrain.embedded.sagemaker.image import build_image
 from retrain.embedded.sagemaker.registry import ModelRegistry
 from retrain.embedded.sagemaker.responses import INTERRUPTIONS_FIELD
@@ -71,6 +72,13 @@ class SageMakerEmulator:
             arn_prefix=f"arn:aws:sagemaker:{region}:{account_id}",
         )
         self.registry = ModelRegistry(self.workdir / "records" / "model-registry.jsonl", account_id, region)
+        self.hosting = Hosting(
+            self.workdir / "hosting",
+            self.context,
+            lambda name: self.registry.describe_model_package(ModelPackageName=name),
+            region=region,
+            account_id=account_id,
+        )
         # The job records and their store, for inspection (tests).
         self.store = self.jobs.store
         self._training = self.jobs.records["training"]
@@ -81,8 +89,9 @@ class SageMakerEmulator:
         return self.jobs.wait(timeout)
 
     def close(self, timeout: float = 60.0) -> None:
-        """Stop every running job (as StopTrainingJob would) and wait for them."""
+        """Stop every running job (as StopTrainingJob would) and wait for them, and every endpoint."""
         self.jobs.close(timeout)
+        self.hosting.close()
 
     def ended_checkpoint_prefixes(self) -> dict[str, list[str]]:
         """bucket -> the CheckpointConfig prefixes that only ended training jobs write: no job can resume
@@ -288,6 +297,42 @@ class SageMakerEmulator:
 
     def list_model_package_groups(self, **request: Any) -> dict[str, Any]:
         return self.registry.list_model_package_groups(**request)
+
+    # -- hosting (hosting.py) ----------------------------------------------------------------------
+
+    def create_model(self, **request: Any) -> dict[str, Any]:
+        return self.hosting.create_model(**request)
+
+    def describe_model(self, **request: Any) -> dict[str, Any]:
+        return self.hosting.describe_model(**request)
+
+    def delete_model(self, **request: Any) -> dict[str, Any]:
+        return self.hosting.delete_model(**request)
+
+    def create_endpoint_config(self, **request: Any) -> dict[str, Any]:
+        return self.hosting.create_endpoint_config(**request)
+
+    def describe_endpoint_config(self, **request: Any) -> dict[str, Any]:
+        return self.hosting.describe_endpoint_config(**request)
+
+    def delete_endpoint_config(self, **request: Any) -> dict[str, Any]:
+        return self.hosting.delete_endpoint_config(**request)
+
+    def create_endpoint(self, **request: Any) -> dict[str, Any]:
+        return self.hosting.create_endpoint(**request)
+
+    def describe_endpoint(self, **request: Any) -> dict[str, Any]:
+        return self.hosting.describe_endpoint(**request)
+
+    def list_endpoints(self, **request: Any) -> dict[str, Any]:
+        return self.hosting.list_endpoints(**request)
+
+    def delete_endpoint(self, **request: Any) -> dict[str, Any]:
+        return self.hosting.delete_endpoint(**request)
+
+    def invoke_endpoint(self, **request: Any) -> Invocation:
+        """SageMaker Runtime's InvokeEndpoint (the status, headers and body it answers with)."""
+        return self.hosting.invoke_endpoint(**request)
 
 
 def _training_not_found(name: str, operation: str) -> Exception:

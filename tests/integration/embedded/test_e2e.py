@@ -21,13 +21,14 @@ import torch
 from PIL import Image
 
 from controller import names, runs
-from retrain import demo_data
+from retrain import demo_data, predict
 from retrain.collect import read_json_object
 from retrain.demo import DEMO_PARAMETERS
 from retrain.embedded.faults import Faults
 from retrain.embedded.sagemaker import INTERRUPTIONS_FIELD
+from retrain.local import connect_local
 from retrain_contract import container as contract
-from retrain_training import models, rules
+from retrain_training import data, evaluate, models, rules
 from tests.integration.embedded.flow import DATASET, IMAGES, Finished, Uploads, lock_holder, run_to_the_end
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -91,6 +92,7 @@ def test_an_upload_alone_runs_the_whole_flow_and_a_later_run_warm_starts_after_a
         _started_from_the_stacks_pretrained_weights(happy)
         _tuning_ran_its_trials_two_at_a_time_each_resumed_after_a_spot_interruption(happy)
         _the_run_record_holds_every_field(happy)
+        _the_champion_deploys_and_answers_what_evaluate_scores(happy, tmp_path / "held-out")
         _every_role_was_authorised_and_none_was_refused(happy)
     first = happy.record
 
@@ -151,6 +153,40 @@ def test_an_upload_alone_runs_the_whole_flow_and_a_later_run_warm_starts_after_a
     assert final["TrainingJobStatus"] == "Completed"
     assert final["HyperParameters"]["lr"] == later.record["best_hyperparameters"]["lr"]
     assert later.record["model_data"] == final["ModelArtifacts"]["S3ModelArtifacts"]
+
+
+def _the_champion_deploys_and_answers_what_evaluate_scores(happy: Finished, folder: Path) -> None:
+    # GIVEN digits no run saw (past every upload of this test) and the run's champion, approved and
+    # deployed by `retrain predict --approve` (CreateModel from its package, endpoint config, endpoint)
+    held_out = list(demo_data.write_digits(folder, limit=6, start=1700).files)
+    deployment = connect_local(str(happy.stack.endpoint_url), happy.stack.stack_name)
+    arn, endpoint, answers = predict.predict(
+        deployment, held_out, dataset=DATASET, package_arn=None, approve_package=True
+    )
+    assert arn == happy.record["model_package_arn"]
+    # THEN each answer ranks the labels as evaluate.py's forward pass of the run's model.tar.gz does
+    archive = folder / "model.tar.gz"
+    bucket, key = happy.record["model_data"].removeprefix("s3://").split("/", 1)
+    archive.write_bytes(happy.stack.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read())
+    artifact = evaluate.load_artifact(archive, folder)
+    logits = evaluate.predict(
+        evaluate.build(artifact, torch.device("cpu")),
+        [data.Sample(path, 0, path.name) for path in held_out],
+        image_size=artifact.image_size,
+        batch_size=8,
+        num_workers=0,
+        device=torch.device("cpu"),
+    )
+    for answer, row in zip(answers, torch.softmax(logits, dim=1), strict=True):
+        expected = row.topk(len(answer.predictions))
+        assert [p["label"] for p in answer.predictions] == [artifact.labels[int(i)] for i in expected.indices]
+        assert [p["probability"] for p in answer.predictions] == pytest.approx(
+            expected.values.tolist(), abs=1e-5
+        )
+    # AND the endpoint is the package's, in service, its container started by the SageMaker role
+    sagemaker = happy.stack.client("sagemaker")
+    assert sagemaker.describe_endpoint(EndpointName=endpoint)["EndpointStatus"] == "InService"
+    sagemaker.delete_endpoint(EndpointName=endpoint)
 
 
 def _evaluation(finished: Finished, side: str) -> dict:  # type: ignore[type-arg]

@@ -73,3 +73,19 @@ def test_the_lineage_table_says_how_many_epochs_each_run_took_to_reach_the_first
     assert re.split(r"\s{2,}", second_row.strip())[4:6] == ["1", "1"]  # to 0.90, to run 1's 0.90
     first_row = next(line for line in text.splitlines() if "digits-00001" in line)
     assert re.split(r"\s{2,}", first_row.strip())[4:6] == ["3", "3"]
+
+
+def test_one_digit_of_each_held_out_label_stays_out_of_every_upload(tmp_path: Path) -> None:
+    # GIVEN the digits with the user's mistakes among them
+    demo_data.write_digits(tmp_path, limit=300)
+    mistakes = demo_data.write_mistakes(tmp_path)
+    files = find_files(tmp_path)
+    # WHEN the demo holds out its digits for the champion to classify at the end
+    uploaded, held = demo.hold_out(files, demo.HELD_OUT_LABELS)
+    # THEN one image of each of those labels (its last) is kept back, and nothing else
+    assert [f.relative.split("/")[0] for f in held] == list(demo.HELD_OUT_LABELS)
+    assert all(f.path.suffix == ".jpg" for f in held)
+    assert not {f.relative for f in held} & {f.relative for f in uploaded}
+    assert len(uploaded) + len(held) == len(files)
+    assert {m.relative_to(tmp_path).as_posix() for m in mistakes} <= {f.relative for f in uploaded}
+    assert "nine" not in demo.HELD_OUT_LABELS  # the second wave's new label is uploaded whole

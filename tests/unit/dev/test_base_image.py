@@ -14,6 +14,8 @@ from packaging.version import Version
 
 from retrain.dev import base_image
 from retrain.dev.image_check import ImageCheckError, PackageSet, broken, check_support, needing_stack
+from retrain.embedded.provisioning.sam import load_template
+from retrain.managed_debugger import sagemaker_regions
 
 REPO = Path(__file__).resolve().parents[3]
 DOCKERFILE = REPO / "training_image" / "Dockerfile"
@@ -132,3 +134,42 @@ def test_the_image_build_step_links_a_closure_and_freezes_its_versions(tmp_path:
         text=True,
     )
     assert "No module named 'yaml'" in done.stderr
+
+
+def test_sagemaker_core_knows_no_inference_image_for_the_pinned_torch_so_the_newest_serves() -> None:
+    # GIVEN sagemaker-core's image table THEN there is no PyTorch inference DLC of the training torch, and
+    # the serving version is the newest inference DLC it lists (raise INFERENCE_VERSION when one appears)
+    with pytest.raises(ValueError, match="Unsupported pytorch version"):
+        base_image.image_uris.retrieve(
+            framework=base_image.INFERENCE_FRAMEWORK,
+            region="us-east-1",
+            version=base_image.VERSION,
+            py_version=base_image.INFERENCE_PYTHON,
+            instance_type="ml.m5.large",
+            image_scope="inference",
+        )
+    config = base_image.image_uris.config_for_framework(base_image.INFERENCE_FRAMEWORK)["inference"]
+    newest = max(config["versions"], key=Version)
+    assert config["version_aliases"][base_image.INFERENCE_VERSION] == newest
+
+
+def test_the_templates_inference_images_are_sagemaker_cores_in_every_region() -> None:
+    # GIVEN the template's InferenceImages mapping and the image string the register function gets
+    template = load_template(REPO / "template.yaml")
+    mapping = template["Mappings"]["InferenceImages"]
+    variable = template["Resources"]["RegisterModelFunction"]["Properties"]["Environment"]["Variables"]
+    pattern = variable["INFERENCE_IMAGE_URI"]["Fn::If"][1]["Fn::Sub"][0]
+
+    def built(region: str) -> str:
+        suffix = "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"
+        uri = pattern.replace("${Account}", mapping[region]["Account"]).replace("${AWS::Region}", region)
+        return str(uri.replace("${AWS::URLSuffix}", suffix))
+
+    # THEN every SageMaker region has a row, and each one with an account builds sagemaker-core's URI
+    assert set(mapping) == set(sagemaker_regions())
+    with_image = [region for region, row in mapping.items() if row["Account"]]
+    assert {region: built(region) for region in with_image} == {
+        region: base_image.inference_uri(region) for region in with_image
+    }
+    text = (REPO / "template.yaml").read_text()
+    assert all(line in text for line in base_image.inference_mapping().splitlines())

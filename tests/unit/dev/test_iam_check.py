@@ -154,3 +154,19 @@ def test_the_command_exits_1_and_lists_what_is_missing(
     template = _copy(tmp_path, "                - logs:CreateLogDelivery\n", "")
     assert iam_check.main([str(template)]) == 1
     assert "logs:CreateLogDelivery" in capsys.readouterr().out
+
+
+def test_a_sagemaker_role_that_cannot_pull_the_serving_image_is_found(
+    tmp_path: Path, evaluator: PolicyEvaluator
+) -> None:
+    # GIVEN the SageMaker role without its grant on the PyTorch inference repository
+    template = _copy(
+        tmp_path,
+        ':${Account}:repository/pytorch-inference"',
+        ':${Account}:repository/other"',
+    )
+    # WHEN checked THEN an endpoint of a registered package could not pull its image
+    found = _findings(template, evaluator)
+    assert any(
+        "SageMaker endpoints" in f and "ecr:BatchGetImage" in f and "pytorch-inference" in f for f in found
+    )

@@ -107,6 +107,33 @@ def test_moto_never_sees_a_no_value_item() -> None:
     assert len(kept) == 2
 
 
+def test_a_condition_on_the_regions_mapping_row_decides_before_the_stack_exists() -> None:
+    from retrain.embedded.provisioning.intrinsics import without_no_value
+
+    # GIVEN a statement kept only where the region's mapping row names an account (template.yaml's
+    # InferenceImages: the SageMaker role's pull of the serving image)
+    region = {"Fn::FindInMap": ["Images", {"Ref": "AWS::Region"}, "Account"]}
+    template = {
+        "Mappings": {"Images": {"us-east-1": {"Account": "763104351884"}, "eu-isoe-west-1": {"Account": ""}}},
+        "Conditions": {"HasImage": {"Fn::Not": [{"Fn::Equals": [region, ""]}]}},
+        "Resources": {
+            "Role": {
+                "Type": "AWS::IAM::Role",
+                "Properties": {
+                    "Statement": [{"Fn::If": ["HasImage", {"Effect": "Allow"}, {"Ref": "AWS::NoValue"}]}]
+                },
+            }
+        },
+    }
+
+    # THEN the condition reads the stack's region: kept in one, left out in the other
+    def statements(region: str) -> Any:
+        return without_no_value(template, {}, region=region)["Resources"]["Role"]["Properties"]["Statement"]
+
+    assert len(statements("us-east-1")) == 1
+    assert statements("eu-isoe-west-1") == []
+
+
 def _template(**resources: Any) -> dict[str, Any]:
     return {
         "Conditions": {"Never": {"Fn::Equals": ["a", "b"]}},

@@ -187,7 +187,8 @@ def test_every_function_gets_the_stacks_parameters_and_no_code_default_remains(t
             config.from_environ(default_environment(logical_id))
     fields = {f.name: f for f in dataclasses.fields(config.Config)}
     defaulted = {n for n, f in fields.items() if f.default is not dataclasses.MISSING}
-    assert defaulted == {"state_machine_arn", "sagemaker_role_arn"}  # resources, not parameters
+    # resources, not parameters; the serving image is the region's (a mapping), not a parameter
+    assert defaulted == {"state_machine_arn", "sagemaker_role_arn", "inference_image_uri"}
 
 
 def test_the_manual_start_overrides_admit_what_the_template_parameters_admit(template):

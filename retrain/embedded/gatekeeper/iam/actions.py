@@ -207,8 +207,15 @@ _SAGEMAKER_LISTS: Final = frozenset(
         "ListHyperParameterTuningJobs",
         "ListModelPackages",
         "ListModelPackageGroups",
+        "ListEndpoints",
     }
 )
+# Hosting resources: operation suffix -> (ARN resource type, name parameter).
+_SAGEMAKER_HOSTING: Final[Mapping[str, tuple[str, str]]] = {
+    "Model": ("model", "ModelName"),
+    "EndpointConfig": ("endpoint-config", "EndpointConfigName"),
+    "Endpoint": ("endpoint", "EndpointName"),
+}
 
 
 def _sagemaker(operation: str, params: Mapping[str, Any], scope: Scope) -> list[Access]:
@@ -231,6 +238,19 @@ def _sagemaker(operation: str, params: Mapping[str, Any], scope: Scope) -> list[
         group = str(params["ModelPackageGroupName"])  # Describe and Delete also take the group's ARN
         resource = group if group.startswith("arn:") else arn("model-package-group", group)
         return _tagged(action, resource, params)
+    for suffix, (kind, name_key) in _SAGEMAKER_HOSTING.items():
+        if operation in (f"Create{suffix}", f"Describe{suffix}", f"Delete{suffix}"):
+            resource = arn(kind, str(params[name_key]))
+            found = _tagged(action, resource, params)
+            if operation == "CreateModel" and params.get("ExecutionRoleArn"):
+                found.append(
+                    Access(
+                        "iam:PassRole",
+                        str(params["ExecutionRoleArn"]),
+                        {"iam:PassedToService": SAGEMAKER_SERVICE_PRINCIPAL},
+                    )
+                )
+            return found
     if operation == "CreateModelPackage":
         # A versioned package is model-package/<group>/<version>; its version is not known before creation.
         group = str(params.get("ModelPackageGroupName") or params.get("ModelPackageName") or "")
@@ -416,10 +436,18 @@ def _plain(service: str, operations: frozenset[str]) -> Resolver:
     return resolve
 
 
+def _sagemaker_runtime(operation: str, params: Mapping[str, Any], scope: Scope) -> list[Access]:
+    if operation == "InvokeEndpoint":
+        name = str(params["EndpointName"]).lower()
+        return [Access("sagemaker:InvokeEndpoint", scope.arn("sagemaker", f"endpoint/{name}"))]
+    raise _unknown("sagemaker-runtime", operation)
+
+
 _SERVICES: Final[Mapping[str, Resolver]] = {
     "dynamodb": _dynamodb,
     "s3": _s3,
     "sagemaker": _sagemaker,
+    "sagemaker-runtime": _sagemaker_runtime,
     "stepfunctions": _states,
     "sns": _sns,
     "sqs": _sqs,
