@@ -174,7 +174,13 @@ def keep_checkpoint(
     if version:
         source["VersionId"] = version
     try:
-        s3.copy_object(Bucket=config.artifact_bucket, Key=copy_key, CopySource=source)  # type: ignore[arg-type]
+        # a checksum of the copy's own bytes (a multipart checkpoint's is one of its parts)
+        s3.copy_object(
+            Bucket=config.artifact_bucket,
+            Key=copy_key,
+            CopySource=source,  # type: ignore[arg-type]
+            ChecksumAlgorithm="CRC32",
+        )
     except ClientError as error:
         code = error.response["Error"]["Code"]
         if code in ("NoSuchKey", "NoSuchVersion", "404", "InvalidRequest"):

@@ -17,7 +17,7 @@ import pytest
 
 from controller import names
 from retrain import demo_data, job_logs, local
-from retrain.collect import collect
+from retrain.collect import collect, read_json_object
 from retrain.embedded.faults import Faults
 from retrain.embedded.stack import EmbeddedStack
 from retrain.report.build import write_report
@@ -100,11 +100,19 @@ def test_bad_uploads_are_explained_and_a_skewed_set_trains_boosted(tmp_path: Pat
         listed = run.stack.client("s3").list_objects_v2(Bucket=bucket, Prefix=names.dataset_prefix(DATASET))
         stored = {o["Key"] for o in listed.get("Contents", [])}
         assert {names.upload_key(DATASET, *k.split("/")) for k in uploads} <= stored
-        # AND the small label was set aside and its images are held for a later run
+        # AND the small label was set aside: its images stay accepted, for every later run to look at again,
+        # and the data set's watermark passed them (they no longer wait for a run)
         assert set(record["excluded_labels"]) == {"three"}
-        assert {r["state"] for k, r in ledger.items() if "/three/" in k} == {"held"}
+        small = [r for k, r in ledger.items() if "/three/" in k]
+        assert {r["state"] for r in small} == {"accepted"}
+        row = run.stack.client("dynamodb").get_item(
+            TableName=run.outputs[names.STACK_OUTPUTS["datasets_table"]],
+            Key={names.DATASETS_PK: {"S": DATASET}},
+            ConsistentRead=True,
+        )["Item"]
+        assert row[names.TRAINED_THROUGH]["S"] == record["cut"] > max(r["recorded_at"] for r in small)
         # AND the rare class was boosted to the largest's training lines; validation was not
-        counts = record["class_counts"]
+        counts = read_json_object(run.stack.client("s3"), record["class_counts_uri"], "")["class_counts"]
         assert (
             counts["two"]["train_lines"] == max(c["train"] for c in counts.values()) > counts["two"]["train"]
         )
@@ -125,7 +133,7 @@ def test_bad_uploads_are_explained_and_a_skewed_set_trains_boosted(tmp_path: Pat
         # AND the notification counts each kind and says where the details are
         [message] = [m for m in _notifications(run.stack) if record["run_id"] in m]
         assert "Uploads refused and left in the bucket: 6 (1 conflict, 5 content)" in message
-        assert "Labels set aside from this run: three" in message
+        assert "Labels set aside from this run (1): three" in message
         assert "Images training could not decode: 1" in message
         # AND every request of every role was allowed: ingest may read what it checks
         assert run.stack.gatekeeper.denied() == []

@@ -150,34 +150,43 @@ def test_a_state_machine_role_without_the_import_fails_the_run_at_the_import(tmp
     assert execution["cause"] == cause
 
 
+# the role's pull from the account's own repositories (another statement pulls AWS's inference image)
+OWN_REPOSITORIES = (
+    '                Resource: !Sub "arn:${AWS::Partition}:ecr:${AWS::Region}:'
+    '${AWS::AccountId}:repository/*"\n'
+)
+
+
 @pytest.mark.parametrize(
-    ("old", "new", "words"),
+    ("old", "new", "words", "first"),
     [
         (
             "                Action: [s3:GetObject, s3:PutObject, s3:DeleteObject, s3:ListBucket]\n",
             "                Action: [s3:PutObject, s3:DeleteObject]\n",
             ["AccessDenied", "s3:ListBucket", "assumed-role/retrain-SageMakerExecutionRole-"],
+            "training",  # the freezing job reads DynamoDB and writes S3: training is the first to read
         ),
         (
             "                Action: [ecr:BatchGetImage, ecr:GetDownloadUrlForLayer, "
-            "ecr:BatchCheckLayerAvailability]\n",
-            "                Action: [ecr:BatchCheckLayerAvailability]\n",
+            "ecr:BatchCheckLayerAvailability]\n" + OWN_REPOSITORIES,
+            "                Action: [ecr:BatchCheckLayerAvailability]\n" + OWN_REPOSITORIES,
             [
                 "ecr:BatchGetImage",
                 "repository/retrain-training",
                 "assumed-role/retrain-SageMakerExecutionRole-",
             ],
+            "freeze",  # every job pulls the image: the run's first, the freezing job, fails
         ),
     ],
     ids=["s3-channels", "ecr-image"],
 )
 def test_a_sagemaker_role_without_what_its_job_reads_fails_the_job(
-    tmp_path: Path, old: str, new: str, words: list[str]
+    tmp_path: Path, old: str, new: str, words: list[str], first: str
 ) -> None:
     # GIVEN the SageMaker execution role without one of the accesses its jobs need
     template = mutated_template(tmp_path, old, new)
     with stack_with_uploads(tmp_path, template) as stack:
-        # WHEN a run with fixed hyperparameters starts (its first job is the final training job)
+        # WHEN a run with fixed hyperparameters starts (its jobs: the freezing job, the final training job)
         execution = run(stack, "sagemaker-role", FIXED)
         record = runs.get_run(
             DATASET,
@@ -186,10 +195,16 @@ def test_a_sagemaker_role_without_what_its_job_reads_fails_the_job(
             client=stack.client("dynamodb"),
         )
         assert record is not None
-        training = prepare.job_names(DATASET, execution["executionArn"])["training"]
-        job = stack.client("sagemaker").describe_training_job(TrainingJobName=training)
+        name = prepare.job_names(DATASET, execution["executionArn"])[first]  # type: ignore[literal-required]
+        sagemaker = stack.client("sagemaker")
+        if first == "freeze":
+            job = sagemaker.describe_processing_job(ProcessingJobName=name)
+            status = job["ProcessingJobStatus"]
+        else:
+            job = sagemaker.describe_training_job(TrainingJobName=name)
+            status = job["TrainingJobStatus"]
     # THEN the job fails as SageMaker's would, naming the action and the role, and so does the run
-    assert execution["status"] == "FAILED" and job["TrainingJobStatus"] == "Failed"
+    assert execution["status"] == "FAILED" and status == "Failed"
     assert all(word in job["FailureReason"] for word in words), job["FailureReason"]
     assert all(word in record["failure"]["cause"] for word in words[1:])
 
