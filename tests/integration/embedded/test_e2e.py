@@ -118,6 +118,7 @@ def test_an_upload_alone_runs_the_whole_flow_and_a_later_run_warm_starts_after_a
             TrainingJobName=later.record["final_training_job"]
         )
         evaluations = {side: _evaluation(later, side) for side in ("challenger", "champion")}
+        labels = read_json_object(later.stack.client("s3"), later.record["labels_uri"], "")
         package = later.stack.client("sagemaker").describe_model_package(
             ModelPackageName=later.record["model_package_arn"]
         )
@@ -135,7 +136,7 @@ def test_an_upload_alone_runs_the_whole_flow_and_a_later_run_warm_starts_after_a
     assert later.record["started_from"]["kind"] == "champion"
     assert later.record["started_from"]["uri"] == first["model_data"]
     assert later.record["started_from"]["model_package_arn"] == first["model_package_arn"]
-    assert NEW_LABEL in read_json_object(later.stack.client("s3"), later.record["labels_uri"], "")
+    assert NEW_LABEL in labels
     assert _channel(final, "pretrained") == first["model_data"]
     assert final["HyperParameters"]["pretrained"] == "model.tar.gz"
     assert first["run_id"] in known  # the first run's record outlived its stack
