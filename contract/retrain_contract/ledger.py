@@ -38,8 +38,8 @@ CONTENT_PREFIX: Final = "#content/"
 # A row's `recorded_at` is taken just before its PutItem, and ingest's DynamoDB client gives up on a put
 # within RECORD_PUT_BOUND_SECONDS (connect and read timeouts, two attempts): a row recorded before a cut
 # is readable once the cut is this much in the past. The freezing job reads no earlier.
-RECORD_PUT_BOUND_SECONDS: Final = 10
-RECORD_FENCE_SECONDS: Final = 15
+RECORD_PUT_BOUND_SECONDS: Final = 13
+RECORD_FENCE_SECONDS: Final = 20
 
 
 def is_upload(row: Mapping[str, Any]) -> bool:

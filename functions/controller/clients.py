@@ -57,11 +57,11 @@ def dynamodb() -> DynamoDBClient:
 
 
 # Ingest's ledger writes give up within retrain_contract.ledger.RECORD_PUT_BOUND_SECONDS (two attempts
-# of at most 1 s to connect and 3 s to answer, and standard mode's backoff of at most 1 s between them),
+# of at most 1 s to connect and 5 s to answer, and standard mode's backoff of at most 1 s between them),
 # so a row stamped with `recorded_at` is readable, or never written, that long after; the freezing job
 # relies on it.
 LEDGER_WRITES = Config(
-    connect_timeout=1, read_timeout=3, retries={"mode": "standard", "total_max_attempts": 2}
+    connect_timeout=1, read_timeout=5, retries={"mode": "standard", "total_max_attempts": 2}
 )
 
 

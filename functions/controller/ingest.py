@@ -51,10 +51,12 @@ class Ingestor:
         dynamodb: DynamoDBClient,
         s3: S3Client | None = None,
         clock: Callable[[], datetime] | None = None,
+        writer: DynamoDBClient | None = None,
     ) -> None:
         self.config = config
         self.clock = clock or (lambda: datetime.now(UTC))
         self.dynamodb = dynamodb
+        self.writer = writer or dynamodb  # writes the ledger rows (clients.ledger_writer: bounded in time)
         self.s3 = s3
         self.tally = Tally()
         self.limits = content.Limits(config.min_image_side, config.max_image_pixels)
@@ -99,7 +101,7 @@ class Ingestor:
             notice,
             verdict,
             table_name=self.config.ledger_table,
-            client=self.dynamodb,
+            client=self.writer,
             recorded_at=ledger.iso(self.clock()),  # just before the put: see retrain_contract.ledger
         )
         if not written:
@@ -186,7 +188,7 @@ class Ingestor:
         logger.info("an upload was deleted", extra={"key": notice.key})
 
 
-def ingest(
+def ingest(  # noqa: PLR0913 - the handler's clients, and the clocks tests set
     event: dict[str, Any],
     *,
     config: Config,
@@ -196,10 +198,11 @@ def ingest(
     now: datetime | None = None,
     context: LambdaContext | None = None,
     clock: Callable[[], datetime] | None = None,
+    writer: DynamoDBClient | None = None,
 ) -> dict[str, Any]:
     """Process one SQS batch; returns the partial-batch response ({"batchItemFailures": [...]}).
     `clock` stamps each row's recorded_at (tests give a fixed one)."""
-    ingestor = Ingestor(config, dynamodb, s3, clock)
+    ingestor = Ingestor(config, dynamodb, s3, clock, writer)
     processor = BatchProcessor(event_type=EventType.SQS)
     response = process_partial_response(
         event=event, record_handler=ingestor.record_handler, processor=processor, context=context
@@ -228,8 +231,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return ingest(
         event,
         config=get_config(),
-        dynamodb=clients.ledger_writer(),  # its row writes end within a bound (retrain_contract.ledger)
+        dynamodb=clients.dynamodb(),
         sfn=clients.sfn(),
         s3=clients.s3(),
         context=context,
+        writer=clients.ledger_writer(),  # its row writes end within a bound (retrain_contract.ledger)
     )
