@@ -20,6 +20,7 @@ import pytest
 from retrain.embedded.sagemaker.container import Container, job_spec
 from retrain.embedded.sagemaker.image import ContainerImage, DockerIgnore, ImageError, build_image
 from retrain_contract import container as contract
+from retrain_contract import serving
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +64,7 @@ def test_the_image_code_directory_holds_its_code_and_no_requirements_file(
         contract.EVALUATE_PROGRAM,
         contract.RULE_CHECK_PROGRAM,
         contract.FREEZE_PROGRAM,
+        serving.PROGRAM,  # code/inference.py of every model.tar.gz
         "retrain_training",
         "retrain_contract",
     }
