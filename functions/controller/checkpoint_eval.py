@@ -3,7 +3,8 @@
 Three events reach this function (EventBridge): a checkpoint object written under the run's checkpoint
 prefix (every Nth of a training job starts an evaluation Processing job, tagged with its run and step), the
 state change of such a job (its evaluation.json becomes a point of the run's curve), and the end of a
-training job of the run (job_ended.py: its checkpoints are dropped, a trial's time counted).
+training or tuning job of the run (job_ended.py: checkpoints no job resumes from are dropped, a trial's
+time counted).
 
 The trainer keeps only its newest checkpoints and SageMaker deletes the pruned ones in S3 too ("Use
 checkpoints in Amazon SageMaker"), while a Processing job takes minutes to start: so the checkpoint's
@@ -232,6 +233,8 @@ def on_checkpoint(
     match = names.CHECKPOINT_KEY_RE.match(key)
     if match is None or config.checkpoint_eval_every <= 0 or config.checkpoint_eval_max_per_run <= 0:
         return {"action": "ignored", "reason": "not a checkpoint, or checkpoint evaluation is off"}
+    if detail.get("size") == 0:
+        return {"action": "ignored", "reason": "an ended trial's checkpoint, emptied (job_ended.py)"}
     dataset, run_id, job, step = match["dataset"], match["run_id"], match["job"], int(match["step"])
     skip = _not_due(dataset, run_id, job, config=config, dynamodb=dynamodb)
     if skip is not None:
@@ -340,6 +343,8 @@ def evaluate_checkpoints(
         return job_ended.on_training_job_ended(
             event, config=config, dynamodb=dynamodb, sagemaker=sagemaker, s3=s3
         )
+    if kind == "SageMaker HyperParameter Tuning Job State Change":
+        return job_ended.on_tuning_job_ended(event, config=config, sagemaker=sagemaker, s3=s3)
     return {"action": "ignored", "reason": f"unexpected event {kind!r}"}
 
 

@@ -1,11 +1,16 @@
-"""When a training job of a run ends (EventBridge "SageMaker Training Job State Change"): drop its
-checkpoints, and add a tuning trial's training and billable seconds to the run's totals.
+"""When a training or tuning job of a run ends (EventBridge "SageMaker Training Job State Change",
+"SageMaker HyperParameter Tuning Job State Change"): free the checkpoints nobody resumes from, and add a
+tuning trial's training and billable seconds to the run's totals.
 
 The trials of one tuning job share its CheckpointConfig.S3Uri (HyperParameterTrainingJobDefinition has
 one CheckpointConfig; each trial writes under its own job name, /opt/ml/checkpoints/<job>/<host>/), and
-SageMaker copies everything under S3Uri into a job's LocalPath when it starts ("Use checkpoints in
-Amazon SageMaker"): the checkpoints of an ended job are dropped so that a later trial downloads only
-those of the trials still running. An ended job is never resumed, and evaluations read copies.
+SageMaker copies everything under S3Uri into a job's LocalPath when it starts or restarts ("Use
+checkpoints in Amazon SageMaker"). That copy lists the prefix, then reads each object: an object deleted
+in between fails it, and the tuning job starts its next trial in the very slot an ended trial frees,
+while that trial's end event is handled. So an ended trial's checkpoints are emptied in place (each
+overwritten with zero bytes: what a starting trial listed stays readable, and costs it nothing to copy),
+and deleted when the tuning job has ended and no trial of it starts again. The final training job has a
+prefix of its own, deleted when it ends. An ended job is never resumed, and evaluations read copies.
 
 The times are what DescribeTrainingJob says of each trial, counted once per trial (runs.add_job_time) as
 trials end, so that picking the best candidate reads sums instead of describing every trial
@@ -21,14 +26,17 @@ from controller.config import Config
 from controller.observability import logger
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
     from aws_lambda_powertools.utilities.data_classes.event_bridge_event import EventBridgeEvent
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_s3 import S3Client
-    from mypy_boto3_s3.type_defs import ObjectIdentifierTypeDef
+    from mypy_boto3_s3.type_defs import ObjectIdentifierTypeDef, ObjectTypeDef
     from mypy_boto3_sagemaker import SageMakerClient
 
 TERMINAL = ("Completed", "Failed", "Stopped")
 DELETE_BATCH = 1000  # DeleteObjects takes at most 1,000 keys (Amazon S3 API Reference)
+TRIALS_PAGE = 100  # ListTrainingJobsForHyperParameterTuningJob's MaxResults is at most 100
 
 
 def job_seconds(description: dict[str, Any]) -> tuple[int, int]:
@@ -59,18 +67,44 @@ def count_trial(
     )
 
 
-def drop_checkpoints(dataset: str, run_id: str, training_job: str, *, config: Config, s3: S3Client) -> int:
-    """Delete the current objects under the job's checkpoint prefix; how many."""
-    prefix = names.job_checkpoint_prefix(dataset, run_id, training_job)
-    dropped = 0
+def _objects(prefix: str, *, config: Config, s3: S3Client) -> Iterator[list[ObjectTypeDef]]:
     for page in s3.get_paginator("list_objects_v2").paginate(
         Bucket=config.artifact_bucket, Prefix=prefix, PaginationConfig={"PageSize": DELETE_BATCH}
     ):
-        keys: list[ObjectIdentifierTypeDef] = [{"Key": obj["Key"]} for obj in page.get("Contents", [])]
+        yield page.get("Contents", [])
+
+
+def drop_checkpoints(
+    prefix: str, *, config: Config, s3: S3Client, keep: Callable[[str], bool] | None = None
+) -> int:
+    """Delete the current objects under `prefix` (those `keep` does not claim); how many."""
+    dropped = 0
+    for objects in _objects(prefix, config=config, s3=s3):
+        keys: list[ObjectIdentifierTypeDef] = [
+            {"Key": obj["Key"]} for obj in objects if keep is None or not keep(obj["Key"])
+        ]
         if keys:
             s3.delete_objects(Bucket=config.artifact_bucket, Delete={"Objects": keys, "Quiet": True})
             dropped += len(keys)
     return dropped
+
+
+def empty_checkpoints(prefix: str, *, config: Config, s3: S3Client) -> int:
+    """Overwrite each non-empty object under `prefix` with zero bytes; how many."""
+    emptied = 0
+    for objects in _objects(prefix, config=config, s3=s3):
+        for obj in objects:
+            if obj.get("Size", 0) > 0:
+                s3.put_object(Bucket=config.artifact_bucket, Key=obj["Key"], Body=b"")
+                emptied += 1
+    return emptied
+
+
+def _run_of(event: EventBridgeEvent) -> tuple[str | None, str | None]:
+    tags = event.detail.get("Tags") or {}
+    if isinstance(tags, list):
+        tags = {t["Key"]: t["Value"] for t in tags}
+    return tags.get(names.TAG_DATASET), tags.get(names.TAG_RUN_ID)
 
 
 def on_training_job_ended(
@@ -82,19 +116,53 @@ def on_training_job_ended(
     s3: S3Client,
 ) -> dict[str, Any]:
     detail = event.detail
-    tags = detail.get("Tags") or {}
-    if isinstance(tags, list):
-        tags = {t["Key"]: t["Value"] for t in tags}
-    dataset, run_id = tags.get(names.TAG_DATASET), tags.get(names.TAG_RUN_ID)
+    dataset, run_id = _run_of(event)
     name, status = str(detail.get("TrainingJobName", "")), str(detail.get("TrainingJobStatus", ""))
     if not dataset or not run_id or not name or status not in TERMINAL:
         return {"action": "ignored", "reason": "not an ended training job of a run"}
-    dropped = drop_checkpoints(dataset, run_id, name, config=config, s3=s3)
     description = dict(sagemaker.describe_training_job(TrainingJobName=name))
-    timed = bool(description.get("TuningJobArn")) and count_trial(
-        dataset, run_id, description, config=config, dynamodb=dynamodb
-    )
+    trial = bool(description.get("TuningJobArn"))
+    timed = trial and count_trial(dataset, run_id, description, config=config, dynamodb=dynamodb)
+    prefix = names.job_checkpoint_prefix(dataset, run_id, name)
+    if trial:  # deleted once its tuning job ends (on_tuning_job_ended)
+        freed = {"checkpoints_emptied": empty_checkpoints(prefix, config=config, s3=s3)}
+    else:
+        freed = {"checkpoints_dropped": drop_checkpoints(prefix, config=config, s3=s3)}
+    logger.info("training job ended", extra={"job": name, "status": status, "timed": timed, **freed})
+    return {"action": "ended", "job": name, "timed": timed, **freed}
+
+
+def trials_of(tuning_job: str, *, sagemaker: SageMakerClient) -> set[str]:
+    """The names of every training job the tuning job launched (MaxNumberOfTrainingJobs at most)."""
+    trials: set[str] = set()
+    request: dict[str, Any] = {"HyperParameterTuningJobName": tuning_job, "MaxResults": TRIALS_PAGE}
+    while True:
+        page = sagemaker.list_training_jobs_for_hyper_parameter_tuning_job(**request)
+        trials.update(str(summary["TrainingJobName"]) for summary in page["TrainingJobSummaries"])
+        if not page.get("NextToken"):
+            return trials
+        request["NextToken"] = page["NextToken"]
+
+
+def on_tuning_job_ended(
+    event: EventBridgeEvent, *, config: Config, sagemaker: SageMakerClient, s3: S3Client
+) -> dict[str, Any]:
+    """Drop the checkpoints of every trial of an ended tuning job, and nothing else under the run's
+    prefix (the final job, which may already run, writes under its own name there)."""
+    detail = event.detail
+    dataset, run_id = _run_of(event)
+    name = str(detail.get("HyperParameterTuningJobName", ""))
+    status = str(detail.get("HyperParameterTuningJobStatus", ""))
+    if not dataset or not run_id or not name or status not in TERMINAL:
+        return {"action": "ignored", "reason": "not an ended tuning job of a run"}
+    trials = trials_of(name, sagemaker=sagemaker)
+    prefix = names.checkpoint_prefix(dataset, run_id)
+
+    def not_a_trials(key: str) -> bool:
+        return key[len(prefix) :].split("/", 1)[0] not in trials
+
+    dropped = drop_checkpoints(prefix, config=config, s3=s3, keep=not_a_trials)
     logger.info(
-        "training job ended", extra={"job": name, "status": status, "dropped": dropped, "timed": timed}
+        "tuning job ended", extra={"job": name, "status": status, "trials": len(trials), "dropped": dropped}
     )
-    return {"action": "ended", "job": name, "checkpoints_dropped": dropped, "timed": timed}
+    return {"action": "ended", "job": name, "trials": len(trials), "checkpoints_dropped": dropped}

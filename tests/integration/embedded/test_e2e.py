@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -122,6 +123,7 @@ def test_an_upload_alone_runs_the_whole_flow_and_a_later_run_warm_starts_after_a
         package = later.stack.client("sagemaker").describe_model_package(
             ModelPackageName=later.record["model_package_arn"]
         )
+        checkpoints_left = _checkpoints_once_the_end_events_are_handled(later)
         assert later.stack.gatekeeper.denied() == []
 
     assert later.record["status"] == "SUCCEEDED", later.record.get("failure") or later.record.get("gate")
@@ -154,6 +156,8 @@ def test_an_upload_alone_runs_the_whole_flow_and_a_later_run_warm_starts_after_a
     assert final["TrainingJobStatus"] == "Completed"
     assert final["HyperParameters"]["lr"] == later.record["best_hyperparameters"]["lr"]
     assert later.record["model_data"] == final["ModelArtifacts"]["S3ModelArtifacts"]
+    # The trials' checkpoints were dropped once their tuning job had ended, the final job's once it had.
+    assert checkpoints_left == []
 
 
 def _the_champion_deploys_and_answers_what_evaluate_scores(happy: Finished, folder: Path) -> None:
@@ -188,6 +192,21 @@ def _the_champion_deploys_and_answers_what_evaluate_scores(happy: Finished, fold
     sagemaker = happy.stack.client("sagemaker")
     assert sagemaker.describe_endpoint(EndpointName=endpoint)["EndpointStatus"] == "InService"
     sagemaker.delete_endpoint(EndpointName=endpoint)
+
+
+def _checkpoints_once_the_end_events_are_handled(finished: Finished, wait_seconds: float = 60.0) -> list[str]:
+    """The keys left under the run's checkpoint prefix, once it is empty or `wait_seconds` passed (the
+    jobs' end events reach the Lambda a little after the jobs end)."""
+    s3 = finished.stack.client("s3")
+    bucket = finished.outputs[names.STACK_OUTPUTS["artifact_bucket"]]
+    prefix = names.checkpoint_prefix(DATASET, finished.record["run_id"])
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        listed = s3.list_objects_v2(Bucket=bucket, Prefix=prefix)
+        keys = [o["Key"] for o in listed.get("Contents", [])]
+        if not keys or time.monotonic() > deadline:
+            return keys
+        time.sleep(1)
 
 
 def _evaluation(finished: Finished, side: str) -> dict:  # type: ignore[type-arg]

@@ -166,23 +166,42 @@ def test_the_runs_curve_holds_at_most_checkpoint_evaluation_max_per_run_points(a
 
 
 class _Trials:
-    """DescribeTrainingJob of tuning trials as SageMaker answers it, else moto's SageMaker."""
+    """DescribeTrainingJob of a run's training jobs and ListTrainingJobsForHyperParameterTuningJob of its
+    tuning job as SageMaker answers them (moto has neither), else moto's SageMaker."""
 
-    def __init__(self, sagemaker: Any, seconds: dict[str, tuple[int, int]]) -> None:
+    TUNING = "tune"
+
+    def __init__(self, sagemaker: Any, seconds: dict[str, tuple[int, int]], *, final: str = "") -> None:
         self._sagemaker = sagemaker
         self.seconds = seconds
+        self.final = final
         self.described: list[str] = []
+        self.pages = 0
 
     def describe_training_job(self, TrainingJobName: str) -> dict[str, Any]:  # noqa: N803 (boto3's name)
         self.described.append(TrainingJobName)
         training, billable = self.seconds[TrainingJobName]
-        return {
+        description: dict[str, Any] = {
             "TrainingJobName": TrainingJobName,
             "TrainingJobStatus": "Completed",
-            "TuningJobArn": "arn:aws:sagemaker:us-east-1:123456789012:hyper-parameter-tuning-job/tune",
             "TrainingTimeInSeconds": training,
             "BillableTimeInSeconds": billable,
         }
+        if TrainingJobName != self.final:
+            arn = "arn:aws:sagemaker:us-east-1:123456789012:hyper-parameter-tuning-job/"
+            description["TuningJobArn"] = arn + self.TUNING
+        return description
+
+    def list_training_jobs_for_hyper_parameter_tuning_job(self, **request: Any) -> dict[str, Any]:
+        assert request["HyperParameterTuningJobName"] == self.TUNING and request["MaxResults"] <= 100
+        trials = sorted(job for job in self.seconds if job != self.final)
+        start = int(request.get("NextToken", 0))
+        end = start + request["MaxResults"]
+        self.pages += 1
+        page: dict[str, Any] = {"TrainingJobSummaries": [{"TrainingJobName": j} for j in trials[start:end]]}
+        if end < len(trials):
+            page["NextToken"] = str(end)
+        return page
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sagemaker, name)
@@ -202,23 +221,82 @@ def _job_ended(job: str, status: str = "Completed") -> EventBridgeEvent:
     )
 
 
+def _tuning_ended(status: str = "Completed") -> EventBridgeEvent:
+    return EventBridgeEvent(
+        {
+            "detail-type": "SageMaker HyperParameter Tuning Job State Change",
+            "source": "aws.sagemaker",
+            "detail": {
+                "HyperParameterTuningJobName": _Trials.TUNING,
+                "HyperParameterTuningJobStatus": status,
+                "Tags": {names.TAG_DATASET: DATASET, names.TAG_RUN_ID: RUN},
+            },
+        }
+    )
+
+
 def _checkpoint_keys(aws: Any) -> list[str]:
     listed = aws.s3.list_objects_v2(Bucket=aws.artifact_bucket, Prefix=names.checkpoint_prefix(DATASET, RUN))
     return sorted(o["Key"] for o in listed.get("Contents", []))
 
 
-def test_an_ended_trial_drops_its_checkpoints_so_later_trials_do_not_download_them(aws, config):
-    # GIVEN two trials of the run's tuning job with checkpoints under the trials' shared prefix
+def test_an_ended_trial_empties_its_checkpoints_in_place_for_the_trials_that_start_meanwhile(aws, config):
+    # GIVEN two trials of the run's tuning job with checkpoints under the trials' shared prefix, and the
+    # listing a trial starting now takes of that prefix (SageMaker then reads every object it lists)
     _running_run(aws)
     for job in ("tune-001", "tune-002"):
         for step in (100, 200):
             _write_checkpoint(aws, job, step)
-    sagemaker = _Trials(aws.sagemaker, {"tune-001": (100, 30)})
-    # WHEN the first trial ends
+    listed = _checkpoint_keys(aws)
+    sagemaker = _Trials(aws.sagemaker, {"tune-001": (100, 30), "tune-002": (100, 30)})
+    # WHEN the first trial ends (the tuning job starts its next trial in the slot it frees)
     result = _handle(_job_ended("tune-001"), aws, _config(config), sagemaker)
-    # THEN its checkpoints are gone and the running trial's are kept
-    assert result["checkpoints_dropped"] == 2
-    assert all("/tune-002/" in key for key in _checkpoint_keys(aws)) and len(_checkpoint_keys(aws)) == 2
+    # THEN every listed object can still be read: the ended trial's are empty, the running one's whole
+    sizes = {
+        key: len(aws.s3.get_object(Bucket=aws.artifact_bucket, Key=key)["Body"].read()) for key in listed
+    }
+    assert result["checkpoints_emptied"] == 2
+    assert {key.split("/")[3]: size for key, size in sizes.items()} == {"tune-001": 0, "tune-002": 7}
+
+
+def test_an_emptied_checkpoint_starts_no_evaluation(aws, config):
+    # GIVEN a running run whose trial ended, its checkpoint emptied in place (S3 sends Object Created)
+    _running_run(aws)
+    _write_checkpoint(aws, "tune-001", 100)
+    emptied = _write_checkpoint(aws, "tune-001", 100, body=b"")
+    # WHEN that event arrives
+    result = _handle(emptied, aws, _config(config))
+    # THEN it is no checkpoint to evaluate, and takes no place of the run's evaluations
+    assert result["action"] == "ignored"
+    assert _record(aws).get("checkpoint_evaluations_started", 0) == 0
+
+
+def test_an_ended_tuning_job_drops_every_trials_checkpoints_and_not_the_final_jobs(aws, config):
+    # GIVEN 150 trials (two pages of the trial listing) and the final job, already writing checkpoints
+    _running_run(aws)
+    trials = [f"tune-{n:03d}" for n in range(1, 151)]
+    for job in trials:
+        _write_checkpoint(aws, job, 100)
+    _write_checkpoint(aws, "final-job", 100)
+    sagemaker = _Trials(aws.sagemaker, dict.fromkeys([*trials, "final-job"], (100, 30)), final="final-job")
+    # WHEN the tuning job's end event arrives
+    result = _handle(_tuning_ended("Stopped"), aws, _config(config), sagemaker)
+    # THEN every trial's checkpoints are gone, the final job's stay
+    assert (result["trials"], result["checkpoints_dropped"], sagemaker.pages) == (150, 150, 2)
+    assert [key.split("/")[3] for key in _checkpoint_keys(aws)] == ["final-job"]
+
+
+def test_the_final_job_drops_its_own_checkpoints_when_it_ends(aws, config):
+    # GIVEN the final job's checkpoints (a prefix of its own) and a trial's
+    _running_run(aws)
+    _write_checkpoint(aws, "final-job", 100)
+    _write_checkpoint(aws, "tune-001", 100)
+    sagemaker = _Trials(aws.sagemaker, {"final-job": (100, 30), "tune-001": (100, 30)}, final="final-job")
+    # WHEN the final job ends
+    result = _handle(_job_ended("final-job"), aws, _config(config), sagemaker)
+    # THEN its checkpoints are gone, its time is not a trial's, and the trial's checkpoints stay
+    assert (result["checkpoints_dropped"], result["timed"]) == (1, False)
+    assert [key.split("/")[3] for key in _checkpoint_keys(aws)] == ["tune-001"]
 
 
 def test_an_ended_trial_adds_its_seconds_to_the_run_once(aws, config):
