@@ -297,6 +297,27 @@ def test_the_ended_jobs_rule_matches_ended_training_jobs_of_a_run_only(template)
     assert not ended("Completed", {})
 
 
+def test_the_ended_tuning_jobs_rule_matches_ended_tuning_jobs_of_a_run_only(template):
+    from moto.events.models import EventPattern
+
+    rule = template["Resources"]["CheckpointEvaluationFunction"]["Properties"]["Events"]["TuningJobsEnded"]
+    pattern = EventPattern.load(json.dumps(rule["Properties"]["Pattern"]))
+
+    def ended(status: str, tags: dict[str, str]) -> bool:
+        detail = {
+            "HyperParameterTuningJobName": "tune",
+            "HyperParameterTuningJobStatus": status,
+            "Tags": tags,
+        }
+        event = _event("SageMaker HyperParameter Tuning Job State Change", "aws.sagemaker", detail)
+        return bool(pattern.matches_event(json.loads(event)))
+
+    of_a_run = {names.TAG_DATASET: "flowers", names.TAG_RUN_ID: "flowers-00001"}
+    assert all(ended(status, of_a_run) for status in ("Completed", "Failed", "Stopped"))
+    assert not ended("InProgress", of_a_run) and not ended("Stopping", of_a_run)
+    assert not ended("Completed", {})
+
+
 def test_the_readme_documents_every_parameter_with_the_templates_default(template):
     readme = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
     rows = dict(re.findall(r"^\| `([A-Za-z0-9]+)` \| `([^`]*)` \|", readme, flags=re.M))
