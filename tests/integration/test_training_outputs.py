@@ -264,3 +264,46 @@ def test_weights_of_another_architecture_fail_the_job_naming_both(trained, tmp_p
     assert finished.returncode != 0
     failure = (job / "output" / contract.FAILURE_FILE).read_text()
     assert "are a resnet18 and this job trains a resnet34" in failure
+
+
+def test_a_first_run_fine_tunes_the_images_imagenet_weights_for_at_least_min_steps(tmp_path: Path) -> None:
+    # GIVEN 36 images in three labels, no pretrained channel, and the recipe of a run from ImageNet:
+    # the image's own weights, the backbone's BatchNorm statistics kept, at least 12 optimizer steps
+    job = tmp_path / "job"
+    write_images(job / "input" / "data" / "train")
+    args = {
+        **HYPERPARAMETERS,
+        "model": contract.MODEL_EFFICIENTNET_LITE0,
+        "pretrained": contract.PRETRAINED_IMAGENET,
+        "freeze-backbone-epochs": "0",
+        "backbone-lr-factor": "0.1",
+        "batchnorm": contract.BATCHNORM_FROZEN,
+        "min-steps": "12",
+        "debug-hook": "false",
+    }
+    # WHEN the job trains its 2 epochs
+    finished = run("train.py", job, as_args(args))
+    # THEN each epoch passed over its images twice: once makes 3 steps of 8 (6 in the job), twice 7
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    config = json.loads((job / "model" / contract.CONFIG_FILE).read_text())
+    assert (config["train_images"], config["train_repeats"], config["steps"]) == (29, 2, 14)
+    # AND it started from the installed ImageNet backbone: its weights trained on, its BatchNorm
+    # statistics are ImageNet's still, and the head is new (three labels, not ImageNet's 1,000)
+    imagenet = models.read_state_dict(models.imagenet_weights(contract.MODEL_EFFICIENTNET_LITE0))
+    state = torch.load(job / "model" / contract.MODEL_FILE, weights_only=True)["state_dict"]
+    statistics = [k for k in imagenet if k.endswith(("running_mean", "running_var"))]
+    assert statistics and all(torch.equal(state[k], imagenet[k]) for k in statistics)
+    convolution = "_conv_stem.weight"
+    assert not torch.equal(state[convolution], imagenet[convolution])
+    assert torch.allclose(state[convolution], imagenet[convolution], atol=0.05)
+    assert state["_fc.weight"].shape[0] == 3
+
+
+def test_imagenet_weights_of_an_architecture_the_image_lacks_fail_the_job_naming_it(tmp_path: Path) -> None:
+    job = tmp_path / "job"
+    write_images(job / "input" / "data" / "train")
+    args = {**HYPERPARAMETERS, "pretrained": contract.PRETRAINED_IMAGENET, "epochs": "1"}
+    finished = run("train.py", job, as_args(args))
+    assert finished.returncode != 0
+    failure = (job / "output" / contract.FAILURE_FILE).read_text()
+    assert "no ImageNet weights of resnet18" in failure and contract.MODEL_EFFICIENTNET_LITE0 in failure

@@ -184,6 +184,16 @@ def epoch_order(num_samples: int, seed: int, epoch: int) -> list[int]:
     return [int(i) for i in rng.permutation(num_samples)]
 
 
+def repeats_for_steps(num_train: int, global_batch: int, epochs: int, min_steps: int) -> int:
+    """How many passes over `num_train` images one epoch makes so that `epochs` epochs take at least
+    `min_steps` optimizer steps (1: the images once). A fine-tune of a few dozen images per class is
+    then sized in steps, not in passes, while the epochs (validation, the metric lines) stay as many."""
+    if num_train == 0 or min_steps <= 0:
+        return 1
+    steps_per_epoch = -(-min_steps // epochs)
+    return max(1, -(-steps_per_epoch * global_batch // num_train))
+
+
 def num_batches(num_samples: int, global_batch: int, *, train: bool) -> int:
     """Training drops a last partial global batch (every rank must step together); eval keeps it."""
     if num_samples == 0:

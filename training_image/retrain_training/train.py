@@ -62,6 +62,12 @@ def validate_args(args: argparse.Namespace) -> None:
         if spec.minimum == 0 and value < 0:
             raise ValueError(f"hyperparameter {spec.name} must not be negative, got {value}")
     augment.check_crop_scale_min(args.crop_scale_min)
+    if args.batchnorm == contract.BATCHNORM_FROZEN and not args.pretrained:
+        raise ValueError(
+            f"hyperparameter batchnorm={contract.BATCHNORM_FROZEN} keeps the statistics of the weights a job "
+            f"starts from, and this one starts from random weights: set pretrained, or batchnorm="
+            f"{contract.BATCHNORM_TRAIN}"
+        )
 
 
 def configure_determinism(seed: int, device: torch.device) -> None:
@@ -265,10 +271,16 @@ def build_model(
     args: argparse.Namespace, paths: contract.Paths, labels: list[str], device: torch.device
 ) -> nn.Module:
     """The architecture with a head for `labels`, from the pretrained channel's weights when named (a
-    champion's head keeps the rows of the labels it knows). A resumed job then loads its checkpoint over
-    these, so a spot restart continues from the checkpoint, not from the pretrained weights."""
+    champion's head keeps the rows of the labels it knows), or the image's ImageNet weights. A resumed
+    job then loads its checkpoint over these, so a spot restart continues from the checkpoint, not from
+    the pretrained weights."""
     model = models.build_model(args.model, len(labels))
-    if args.pretrained:
+    if args.pretrained == contract.PRETRAINED_IMAGENET:
+        # The backbone only: ImageNet's head would fit a data set of 1,000 labels, in ImageNet's order.
+        head = models.head_prefix(model)
+        imagenet = models.read_state_dict(models.imagenet_weights(args.model))
+        models.load_pretrained(model, {k: v for k, v in imagenet.items() if not k.startswith(head)})
+    elif args.pretrained:
         pretrained_dir = paths.channel(contract.CHANNEL_PRETRAINED)
         if pretrained_dir is None:
             raise models.ModelError(
@@ -281,9 +293,15 @@ def build_model(
 
 
 def build_loaders(
-    args: argparse.Namespace, dataset: data.DataSet, context: distributed.Context, kind: str
+    args: argparse.Namespace,
+    dataset: data.DataSet,
+    context: distributed.Context,
+    kind: str,
+    *,
+    repeats: int = 1,
 ) -> tuple[batching.Loader, batching.Loader]:
-    """This rank's training and validation loaders."""
+    """This rank's training and validation loaders; the training one passes `repeats` times over the
+    training images in each epoch."""
     common = {
         "batch_size": args.batch_size,
         "image_size": args.image_size,
@@ -296,7 +314,7 @@ def build_loaders(
     }
     train_loader = loaders.build_loader(
         kind,
-        dataset.train,
+        dataset.train * repeats,
         train=True,
         delay_ms=args.inject_loader_delay_ms,
         crop_scale_min=args.crop_scale_min,
@@ -321,10 +339,16 @@ class Job:
     val_loader: batching.Loader
     optimization: engine.Optimization
     store: checkpoints.CheckpointStore
+    repeats: int  # passes over the training images in one epoch (min-steps)
 
     @property
     def labels(self) -> list[str]:
         return self.dataset.labels
+
+    @property
+    def train_samples(self) -> int:
+        """The samples of one epoch: every training image, `repeats` times."""
+        return len(self.dataset.train) * self.repeats
 
 
 def set_up(args: argparse.Namespace, paths: contract.Paths, context: distributed.Context) -> Job:
@@ -332,9 +356,14 @@ def set_up(args: argparse.Namespace, paths: contract.Paths, context: distributed
     initial weights."""
     configure_determinism(args.seed, context.device)
     dataset = load_data(args, paths)
+    repeats = data.repeats_for_steps(len(dataset.train), args.batch_size, args.epochs, args.min_steps)
+    if repeats > 1:
+        log.info(
+            "each epoch passes %d times over the training images (min-steps %d)", repeats, args.min_steps
+        )
     model = build_model(args, paths, dataset.labels, context.device)
     kind = loaders.resolve_kind(args.loader, context.device)
-    train_loader, val_loader = build_loaders(args, dataset, context, kind)
+    train_loader, val_loader = build_loaders(args, dataset, context, kind, repeats=repeats)
     optimization = build_optimization(args, model, steps_per_epoch=len(train_loader))
     # Rank 0 writes the checkpoints (the first host's directory) and resumes every rank from them.
     store = checkpoints.CheckpointStore(
@@ -352,6 +381,7 @@ def set_up(args: argparse.Namespace, paths: contract.Paths, context: distributed
         val_loader=val_loader,
         optimization=optimization,
         store=store,
+        repeats=repeats,
     )
 
 
@@ -367,7 +397,7 @@ def resume(job: Job) -> engine.Progress | None:
         resumed,
         args=job.args,
         labels=job.labels,
-        num_train=len(job.dataset.train),
+        num_train=job.train_samples,
         model=job.model,
         optimization=job.optimization,
         loader=job.train_loader,
@@ -388,6 +418,7 @@ def initial_summary(job: Job) -> dict[str, Any]:
         ],
         "loader": job.loader_kind,
         "world_size": job.context.world_size,
+        "train_repeats": job.repeats,
     }
 
 
@@ -435,7 +466,7 @@ class EpochLoop:
                 loader=job.train_loader,
                 progress=current,
                 labels=job.labels,
-                order=data.epoch_order(len(job.dataset.train), job.args.seed, current.epoch),
+                order=data.epoch_order(job.train_samples, job.args.seed, current.epoch),
             )
             log.info("writing checkpoint %s", contract.checkpoint_name(current.step))
             job.store.save_async(current.step, state)
@@ -474,7 +505,7 @@ class EpochLoop:
             loader=job.train_loader,
             progress=progress,
             context=job.context,
-            frozen_backbone=freeze,
+            frozen_statistics=freeze or job.args.batchnorm == contract.BATCHNORM_FROZEN,
             after_step=self.after_step,
         )
         debugger.eval_mode(self.hook)

@@ -130,3 +130,19 @@ def test_ranks_take_disjoint_slices_of_each_global_batch() -> None:
 
 def test_evaluation_keeps_the_last_partial_batch() -> None:
     assert data.rank_batches(list(range(10)), 4, train=False) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+
+
+@pytest.mark.parametrize(
+    ("images", "epochs", "min_steps", "repeats"),
+    [(48, 10, 100, 7), (48, 10, 0, 1), (4_000, 10, 100, 1), (256, 5, 100, 3), (0, 5, 100, 1)],
+)
+def test_a_small_data_sets_epoch_repeats_its_images_to_reach_min_steps(
+    images: int, epochs: int, min_steps: int, repeats: int
+) -> None:
+    # GIVEN a training split, a global batch of 32 and the job's epochs and min-steps
+    found = data.repeats_for_steps(images, 32, epochs, min_steps)
+    # THEN the fewest passes per epoch that make at least min-steps steps in all (1 when the data does)
+    assert found == repeats
+    if images and repeats > 1:
+        assert epochs * data.num_batches(images * found, 32, train=True) >= min_steps
+        assert epochs * data.num_batches(images * (found - 1), 32, train=True) < min_steps

@@ -81,7 +81,7 @@ def test_frozen_backbone_trains_only_the_head_and_keeps_batchnorm_statistics() -
     # GIVEN a model with its backbone frozen
     model = models.build_model("resnet18", 2)
     models.set_backbone_frozen(model, True)
-    models.train_mode(model, frozen_backbone=True)
+    models.train_mode(model, frozen_statistics=True)
     running_mean = model.bn1.running_mean.clone()
     # WHEN a training step runs
     model(torch.randn(4, 3, 32, 32)).sum().backward()

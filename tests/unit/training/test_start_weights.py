@@ -102,3 +102,14 @@ def test_an_archive_without_model_pt_is_refused(tmp_path: Path) -> None:
         tar.addfile(info, io.BytesIO(b"[]"))
     with pytest.raises(models.ModelError, match=r"holds no model\.pt"):
         models.read_start_weights(tmp_path / "model.tar.gz")
+
+
+def test_frozen_batchnorm_statistics_without_starting_weights_are_refused_naming_both() -> None:
+    from retrain_training import train
+
+    args = train.get_args_parser().parse_args(["--batchnorm", "frozen"])
+    with pytest.raises(ValueError, match=r"batchnorm=frozen .* starts from random weights: set pretrained"):
+        train.validate_args(args)
+    train.validate_args(
+        train.get_args_parser().parse_args(["--batchnorm", "frozen", "--pretrained", "imagenet"])
+    )
