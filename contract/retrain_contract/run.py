@@ -58,11 +58,13 @@ class RunSettings(TypedDict):
     system_rule_patience: int
     pretrained_model_uri: str  # weights a data set's first run starts from; empty: none
     # a run from weights: the backbone's share of the learning rate and the epochs that train only the
-    # head, each fixed (min == max) or tuned within [min, max]
+    # head, each fixed (min == max) or tuned within [min, max], and its BatchNorm statistics
     backbone_lr_factor_min: float
     backbone_lr_factor_max: float
     freeze_backbone_epochs_min: int
     freeze_backbone_epochs_max: int
+    fine_tune_batchnorm: str
+    min_training_steps: int  # every training job takes at least this many optimizer steps
 
 
 class SettingsError(ValueError):
@@ -123,14 +125,15 @@ class Tag(TypedDict):
 START_SCRATCH = "scratch"
 START_PRETRAINED = "pretrained"
 START_CHAMPION = "champion"
-STARTS = (START_CHAMPION, START_PRETRAINED, START_SCRATCH)
+START_IMAGENET = "imagenet"  # the training image's own ImageNet weights (container.IMAGENET_MODELS)
+STARTS = (START_CHAMPION, START_PRETRAINED, START_IMAGENET, START_SCRATCH)
 
 
 class Start(TypedDict):
     """What a run's training starts from (its lineage): the weights, and why those."""
 
     kind: str  # one of STARTS
-    uri: str  # the weights file the pretrained channel holds; empty from scratch
+    uri: str  # the weights file the pretrained channel holds; empty from scratch and from ImageNet
     model_package_arn: str  # the champion's, when kind is champion
     reason: str  # why this start, in words
 

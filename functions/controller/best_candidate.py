@@ -124,8 +124,16 @@ def pick(
     dynamodb.update_item(
         TableName=config.datasets_table,
         Key=serialize({names.DATASETS_PK: dataset}),
-        UpdateExpression="SET last_tuning_job = :job",
-        ExpressionAttributeValues=serialize({":job": tuning_job}),
+        UpdateExpression="SET #job = :job, #names = :names",
+        ExpressionAttributeNames={"#job": names.LAST_TUNING_JOB, "#names": names.LAST_TUNING_HYPERPARAMETERS},
+        ExpressionAttributeValues=serialize(
+            {
+                ":job": tuning_job,
+                ":names": names.tuning_hyperparameter_names(
+                    run["static_hyperparameters"], run["parameter_ranges"]
+                ),
+            }
+        ),
     )
     logger.info("best candidate", extra={"training_job": name, "objective": objective, **totals})
     return {"training_job": name, "model_data": model_data, "hyperparameters": hyperparameters}

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
 
 from retrain_contract import container, ledger
 
@@ -166,6 +167,17 @@ RUNS_SK: Final = "run_id"
 # Datasets: one row per data set: the run lock, the run counter, the last tuning job and champion.
 DATASETS_PK: Final = "dataset"
 LOCK_ATTRIBUTE: Final = "active_run"
+LAST_TUNING_JOB: Final = "last_tuning_job"
+# The names of the hyperparameters (static and tuned) the last tuning job ran with: a later run
+# warm-starts from it only with the same names (SageMaker refuses a parent with another number of them).
+LAST_TUNING_HYPERPARAMETERS: Final = "last_tuning_hyperparameters"
+
+
+def tuning_hyperparameter_names(static: Mapping[str, Any], ranges: Mapping[str, Any]) -> list[str]:
+    """The static and tuned hyperparameter names of a tuning job, sorted."""
+    tuned = {str(r["Name"]) for kind in ranges.values() for r in kind}
+    return sorted(set(static) | tuned)
+
 
 # --- Environment variables of the Lambdas ---------------------------------------------------------
 ENV_DATA_BUCKET: Final = "DATA_BUCKET"

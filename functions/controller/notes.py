@@ -12,7 +12,8 @@ from controller import names
 
 
 def lineage(started_from: Mapping[str, Any] | None) -> str:
-    """What a run started from, in one phrase: scratch, pretrained weights, or the champion's package."""
+    """What a run started from, in one phrase: scratch, ImageNet, pretrained weights, or the champion's
+    package."""
     if not started_from:
         return "unknown (a run from before lineage was recorded)"
     kind = str(started_from.get("kind", ""))
@@ -21,6 +22,8 @@ def lineage(started_from: Mapping[str, Any] | None) -> str:
         return f"the champion {where}"
     if kind == "pretrained":
         return f"pretrained weights {started_from.get('uri')}"
+    if kind == "imagenet":
+        return "ImageNet weights (the training image's)"
     return f"random weights ({started_from.get('reason', 'scratch')})"
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -26,6 +26,7 @@ from controller.run_request import parse_request
 from retrain_contract import balance, container
 from retrain_contract.run import (
     START_CHAMPION,
+    START_IMAGENET,
     START_PRETRAINED,
     START_SCRATCH,
     CheckpointConfig,
@@ -194,7 +195,8 @@ def train_channel(settings: RunSettings, data_prefix: str, dataset: str) -> tupl
 
 def start_of(settings: RunSettings, requested: str | None, state: dict[str, Any], model: str) -> Start:
     """What the run starts from: by default the data set's champion (of this architecture), else the
-    stack's PretrainedModelUri, else random weights; the request may ask for one of them."""
+    stack's PretrainedModelUri, else the training image's ImageNet weights of the architecture, else
+    random weights; the request may ask for one of them."""
     champion = state.get("champion") or {}
     champion_uri = str(champion.get("model_data", ""))
     champion_model = str(champion.get("model", "") or model)  # records before lineage kept no model
@@ -206,6 +208,43 @@ def start_of(settings: RunSettings, requested: str | None, state: dict[str, Any]
 
     if requested == START_SCRATCH:
         return start(START_SCRATCH, "", "the request asked for random weights")
+    if requested in (START_PRETRAINED, START_IMAGENET):
+        return _requested_weights(requested, pretrained, model, start)
+    if champion_uri and champion_model == model:
+        return start(
+            START_CHAMPION, champion_uri, f"the data set's champion (run {champion.get('run_id', '?')})"
+        )
+    if requested == START_CHAMPION:
+        why = (
+            "has no champion yet"
+            if not champion_uri
+            else f"has a champion of {champion_model}, not of {model}"
+        )
+        raise InvalidRunInputError(
+            f'start_from "champion": the data set {why}; start from "pretrained", "imagenet" or "scratch"'
+        )
+    passed = f"; the champion is of {champion_model}, this run trains {model}" if champion_uri else ""
+    if pretrained:
+        return start(START_PRETRAINED, pretrained, f"the stack's PretrainedModelUri{passed}")
+    if model in container.IMAGENET_MODELS:
+        why = f"no champion and no PretrainedModelUri{passed}"
+        return start(START_IMAGENET, "", f"{why}: {imagenet_weights(model)}")
+    return start(
+        START_SCRATCH,
+        "",
+        f"no champion, no PretrainedModelUri, and the training image has no ImageNet weights of {model}"
+        f"{passed}",
+    )
+
+
+def imagenet_weights(model: str) -> str:
+    return f"the training image's ImageNet {model} ({container.IMAGENET_WEIGHTS_PACKAGE})"
+
+
+def _requested_weights(
+    requested: str, pretrained: str, model: str, start: Callable[[str, str, str], Start]
+) -> Start:
+    """The start a request asked for by name: the stack's (or its own) weights, or ImageNet's."""
     if requested == START_PRETRAINED:
         if not pretrained:
             raise InvalidRunInputError(
@@ -214,19 +253,13 @@ def start_of(settings: RunSettings, requested: str | None, state: dict[str, Any]
                 "or set the stack's PretrainedModelUri"
             )
         return start(START_PRETRAINED, pretrained, "the request named pretrained weights")
-    if champion_uri and champion_model == model:
-        return start(
-            START_CHAMPION, champion_uri, f"the data set's champion (run {champion.get('run_id', '?')})"
-        )
-    if requested == START_CHAMPION:
-        why = "has no champion yet" if not champion_uri else f"has a {champion_model} champion, not a {model}"
+    if model not in container.IMAGENET_MODELS:
         raise InvalidRunInputError(
-            f'start_from "champion": the data set {why}; start from "pretrained" or "scratch"'
+            f'start_from "imagenet": the training image has ImageNet weights of '
+            f"{', '.join(container.IMAGENET_MODELS)} only, not {model}; give overrides.model "
+            f"{container.IMAGENET_MODELS[0]}, or start from other weights"
         )
-    passed = f"; the champion is a {champion_model}, this run trains a {model}" if champion_uri else ""
-    if pretrained:
-        return start(START_PRETRAINED, pretrained, f"the stack's PretrainedModelUri{passed}")
-    return start(START_SCRATCH, "", f"no champion and no PretrainedModelUri{passed}")
+    return start(START_IMAGENET, "", f"the request asked for {imagenet_weights(model)}")
 
 
 def check_start_weights(start: Start, s3: S3Client) -> None:
@@ -282,6 +315,7 @@ def static_hyperparameters(settings: RunSettings) -> dict[str, str]:
         container.HP_BATCH_SIZE: str(settings["batch_size"]),
         container.HP_CHECKPOINT_EVERY: str(settings["checkpoint_every_steps"]),
         container.HP_CROP_SCALE_MIN: str(settings["crop_scale_min"]),
+        container.HP_MIN_STEPS: str(settings["min_training_steps"]),
     }
 
 
@@ -289,6 +323,7 @@ FINE_TUNING_HYPERPARAMETERS = (
     container.HP_PRETRAINED,
     container.HP_BACKBONE_LR_FACTOR,
     container.HP_FREEZE_BACKBONE_EPOCHS,
+    container.HP_BATCHNORM,
 )
 
 
@@ -335,20 +370,22 @@ class FineTuning:
     untuned: dict[str, str]
 
 
-def fine_tuning(settings: Mapping[str, Any], weights_uri: str) -> FineTuning:
-    """The weights file (the channel holds it, by the URI's last part), the backbone's share of the
-    learning rate and the epochs it stays frozen, each fixed or tuned as the stack says. A run from
-    scratch names them too, at the container's defaults (no weights, the whole model at lr, nothing
-    frozen): SageMaker refuses a warm start whose job has more or fewer static plus tunable
-    hyperparameters than its parent, and a data set's runs start from scratch, weights or its champion
-    in turn. Moving one between static and tunable is allowed."""
+def fine_tuning(settings: Mapping[str, Any], start: Start) -> FineTuning:
+    """The weights (a file the channel holds, by the URI's last part, or the image's ImageNet weights),
+    the backbone's share of the learning rate and the epochs it stays frozen, each fixed or tuned as the
+    stack says, and its BatchNorm statistics. A run from scratch names them too, at the container's
+    defaults (no weights, the whole model at lr, nothing frozen, statistics trained): SageMaker refuses a
+    warm start whose job has more or fewer static plus tunable hyperparameters than its parent, and a
+    data set's runs start from scratch, weights or its champion in turn. Moving one between static and
+    tunable is allowed."""
     bounds = [(r, *r.bounds(settings)) for r in FINE_TUNING_RANGES]  # a bad pair fails every run alike
-    if not weights_uri:
+    if start["kind"] == START_SCRATCH:
         defaults = {
             name: str(container.HYPERPARAMETER_DEFAULTS[name]) for name in FINE_TUNING_HYPERPARAMETERS
         }
         return FineTuning(defaults, {}, {})
-    static = {container.HP_PRETRAINED: weights_uri.rsplit("/", 1)[-1]}
+    weights = start["uri"].rsplit("/", 1)[-1] if start["uri"] else container.PRETRAINED_IMAGENET
+    static = {container.HP_PRETRAINED: weights, container.HP_BATCHNORM: settings["fine_tune_batchnorm"]}
     ranges: dict[str, list[dict[str, Any]]] = {}
     untuned: dict[str, str] = {}
     for spec, low, high in bounds:
@@ -400,6 +437,22 @@ class Context:
     region: str
 
 
+def warm_start_parent(state: Mapping[str, Any], static: Mapping[str, str], ranges: Mapping[str, Any]) -> str:
+    """The data set's last tuning job, when this run tunes with the same hyperparameter names: SageMaker
+    refuses a warm start whose parent had another number of static plus tunable hyperparameters (a stack
+    update that adds one, or a parent recorded before the names were kept), so such a run starts cold."""
+    parent = str(state.get(names.LAST_TUNING_JOB) or "")
+    if not parent:
+        return ""
+    kept = state.get(names.LAST_TUNING_HYPERPARAMETERS)
+    if kept != names.tuning_hyperparameter_names(static, ranges):
+        logger.info(
+            "no warm start: the hyperparameters differ from the last tuning job's", extra={"parent": parent}
+        )
+        return ""
+    return parent
+
+
 def build_run(ctx: Context, config: Config) -> Run:
     """The run context every later state reads ($.run)."""
     settings, dataset, run_id = ctx.settings, ctx.dataset, ctx.run_id
@@ -410,13 +463,13 @@ def build_run(ctx: Context, config: Config) -> Run:
     start = start_of(
         settings, ctx.start_from, ctx.state, (ctx.fixed or {}).get(container.HP_MODEL, settings["model"])
     )
-    tuning = fine_tuning(settings, start["uri"])
+    tuning = fine_tuning(settings, start)
     static.update(tuning.static)
     ranges = parameter_ranges(settings)
     for kind, items in tuning.ranges.items():
         ranges[kind] = ranges.get(kind, []) + items
     champion = ctx.state.get("champion") or {}
-    parent = str(ctx.state.get("last_tuning_job") or "")
+    parent = warm_start_parent(ctx.state, static, ranges)
     jobs = job_names(dataset, ctx.execution_arn)
     return {
         "dataset": dataset,

@@ -13,7 +13,7 @@ against it with Powertools' validation utility (fastjsonschema).
         "final_training": true, "data_source": "s3",
         "class_balance": "oversample", "class_balance_ratio": 0.5,   # or "cap" with "class_balance_cap"
         "min_images_per_label": 5, "small_labels": "exclude",
-        "start_from": "champion",                # or "pretrained", "scratch"; default: the champion
+        "start_from": "champion",                # "pretrained", "imagenet", "scratch" (README)
         "pretrained_model_uri": "s3://bucket/efficientnet-lite0.pth",  # implies start_from pretrained
         "hyperparameters": {"lr": 0.01, "optimizer": "sgd"}}}   # fixed: skip tuning, train once
 """

