@@ -43,7 +43,7 @@ from retrain.predict import predict as predict_images
 from retrain.report.build import write_report
 from retrain.report.facts import RunFacts
 from retrain.start import Overrides, parse_assignments, start_run
-from retrain.summary import summary
+from retrain.summary import demo_summary, summary
 from retrain.upload import check_dataset_name, find_files, upload_files
 from retrain_contract import container, serving
 
@@ -183,11 +183,11 @@ def _finish(
     _conclude(_report(deployment, record, upload_keys=upload_keys), json_output=json_output, console=console)
 
 
-def _conclude(facts: RunFacts, *, json_output: bool, console: Console) -> None:
-    """Print a reported run's outcome (or its JSON summary); fail if the run failed."""
+def _conclude(facts: RunFacts, *, json_output: bool, console: Console, quiet: bool = False) -> None:
+    """Print a reported run's outcome (or its JSON summary; `quiet`: neither); fail if the run failed."""
     if json_output:
         typer.echo(json.dumps(summary(facts), default=str))
-    else:
+    elif not quiet:
         gate = {True: "passed", False: "rejected", None: "not reached"}[facts.gate_passed]
         console.print(f"run {facts.run_id} {facts.status}; gate {gate}: {facts.gate_reason or '-'}")
         console.print(f"report: {facts.report}")
@@ -216,6 +216,10 @@ def demo(  # noqa: PLR0913
     ] = None,
     batches: Annotated[int, typer.Option("--batches", min=1, help="Upload batches.")] = DEMO_BATCHES,
     timeout: Annotated[int, typer.Option("--timeout", min=1, help="Minutes to wait.")] = DEMO_TIMEOUT_MINUTES,
+    parameter: Annotated[
+        list[str] | None,
+        typer.Option("--parameter", "-P", help="A stack parameter NAME=VALUE over the demo's (repeatable)."),
+    ] = None,
     json_output: JsonOption = False,
     state_dir: StateDirOption = local.DEFAULT_STATE_DIR,
 ) -> None:
@@ -230,6 +234,7 @@ def demo(  # noqa: PLR0913
         batches=batches,
         timeout_minutes=timeout,
         state_dir=state_dir,
+        parameters=tuple(parse_assignments(parameter or [], "--parameter").items()),
     )
     console = _console(json_output)
     with run_demo(options, console=console, quiet=json_output) as ran:
@@ -239,7 +244,9 @@ def demo(  # noqa: PLR0913
                 console.print(lineage_table(reported))
             if ran.held_out and not json_output:
                 console.print(held_out_table(ran, dataset))
-            _conclude(reported[-1], json_output=json_output, console=console)
+            if json_output:
+                typer.echo(json.dumps(demo_summary(reported), default=str))
+            _conclude(reported[-1], json_output=False, console=console, quiet=json_output)
         finally:
             if not json_output:
                 sfn = ran.deployment.client("stepfunctions")
@@ -313,7 +320,11 @@ def start(  # noqa: PLR0913
     ] = None,
     start_from: Annotated[
         str | None,
-        typer.Option("--start-from", help="champion | pretrained | scratch (default: the champion, if any)."),
+        typer.Option(
+            "--start-from",
+            help="champion | pretrained | imagenet | scratch (default: the champion, else the stack's "
+            "weights, else ImageNet where the image has the architecture's weights).",
+        ),
     ] = None,
     hyperparameter: Annotated[
         list[str] | None,

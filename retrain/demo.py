@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,12 +23,14 @@ from rich.table import Table
 
 from controller import names, runs
 from retrain import demo_data, local
+from retrain.collect import uploads
 from retrain.deployment import Deployment
 from retrain.errors import RetrainError, UsageError
 from retrain.follow import follow, wait_for_run
 from retrain.job_logs import MetricPoint
 from retrain.predict import predict
-from retrain.report.facts import RunFacts
+from retrain.report.facts import Rejected, RunFacts
+from retrain.start import Overrides, start_run
 from retrain.timing import Phase
 from retrain.upload import LocalFile, check_dataset_name, find_files, likely_images, upload_files
 from retrain_contract import container as contract
@@ -38,15 +40,18 @@ DEMO_BATCHES = 3
 DEMO_TIMEOUT_MINUTES = 60
 DEMO_TARGET_ACCURACY = 0.9  # the top-1 the demo's runs are meant to reach (README: its measured runs)
 # Template parameters the demo (and `retrain local up`) override so both runs finish in minutes on 2 CPU
-# cores: two spot trials at a time at 32 pixels, the best trial shipped without a final retraining,
-# checkpoints about once an epoch, a short quiet period before a run starts, and the price of a CPU
-# instance, which is what really runs here. Digits are small subjects: a crop floor of half the image.
-# AdamW over 3e-4..2e-3 learns them from scratch in 5 epochs: trials on the first wave's 898 images
-# reached val-accuracy 0.92-0.95 across that range, where SGD at 0.01-0.1 gave 0.50-0.94. The demo also
-# sets MinNewImages to the size of an upload wave, so each run starts with its whole wave however far
-# the emulated ingest lags behind the uploads (MaxWaitSeconds is the fallback).
+# cores: two spot trials at a time, the best trial shipped without a final retraining, checkpoints about
+# once an epoch, a short quiet period before a run starts, and the price of a CPU instance, which is what
+# really runs here. The digits are 8x8 images: ResNet-18 at 32 pixels from random weights (the image has
+# no ImageNet ResNet weights, and ImageNet features do not see 32-pixel digits), with a crop floor of half
+# the image. AdamW over 3e-4..2e-3 learns them from scratch in 5 epochs: trials on the first wave's 898
+# images reached val-accuracy 0.92-0.95 across that range, where SGD at 0.01-0.1 gave 0.50-0.94; the same
+# range fine-tunes ImageNet EfficientNet-Lite0 on photos (bench/transfer.py). The demo also sets
+# MinNewImages to the size of an upload wave, so each run starts with its whole wave however far the
+# emulated ingest lags behind the uploads (see _run_wave for refused uploads).
 DEMO_PARAMETERS = {
     "TrainingInstanceType": "ml.m5.xlarge",
+    "ModelArchitecture": "resnet18",
     "Epochs": "5",
     "ImageSize": "32",
     "CropScaleMin": "0.5",
@@ -63,6 +68,13 @@ DEMO_PARAMETERS = {
     "QuietPeriodSeconds": "15",
     "MaxWaitSeconds": "1800",
 }
+# `--images DIR`: the user's photos get the stack's architecture, start and fine-tuning recipe (ImageNet
+# EfficientNet-Lite0, its BatchNorm statistics kept, MinTrainingSteps), at 128 pixels rather than 224 so
+# that two trials fit the demo's minutes on 2 CPU cores.
+PHOTO_PARAMETERS = {
+    **{k: v for k, v in DEMO_PARAMETERS.items() if k not in ("ModelArchitecture", "CropScaleMin")},
+    "ImageSize": "128",
+}
 
 
 @dataclass(frozen=True)
@@ -74,6 +86,7 @@ class DemoOptions:
     interrupt: int = 1
     faults: tuple[str, ...] = ()
     limit: int | None = None
+    parameters: tuple[tuple[str, str], ...] = ()  # stack parameters set over the demo's (--parameter)
     batches: int = DEMO_BATCHES
     timeout_minutes: int = DEMO_TIMEOUT_MINUTES
     state_dir: Path = local.DEFAULT_STATE_DIR
@@ -176,7 +189,9 @@ def run_demo(options: DemoOptions, *, console: Console, quiet: bool) -> Iterator
         records: list[runs.RunRecord] = []
         keys: set[str] = set()
         for wave in uploads:
-            record, wave_keys = _run_wave(deployment, wave, options, clock, console=console, quiet=quiet)
+            record, wave_keys = _run_wave(
+                deployment, wave, options, clock, min_new_images=min_new, console=console, quiet=quiet
+            )
             records.append(record)
             keys |= wave_keys
             if record["status"] not in ("SUCCEEDED", "REJECTED"):
@@ -190,29 +205,109 @@ def _run_wave(
     options: DemoOptions,
     clock: _Clock,
     *,
+    min_new_images: int,
     console: Console,
     quiet: bool,
 ) -> tuple[runs.RunRecord, set[str]]:
-    """Upload one wave, wait for the run it starts and follow that run to its end."""
+    """Upload one wave, wait until the ledger holds every upload of it, accepted or refused, then for
+    the run it starts, and follow that run to its end.
+
+    The stack's MinNewImages is the count of the wave's likely images: with all of them accepted, the
+    dispatcher starts the run as it does on AWS. When the control plane refused some for their content
+    (a truncated JPEG, text named .jpg, a duplicate), fewer are pending than MinNewImages and the demo
+    starts the run by hand, as `retrain start` does; when it refused them all, nothing trains and the
+    demo ends with their reasons."""
     since = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S")
     keys = _upload_in_batches(deployment, files, options, console=console, quiet=quiet)
     clock.lap("upload")
     timeout_seconds = options.timeout_minutes * 60
-    progress = ledger_progress(deployment, options.dataset, since, len(keys), console)
+    accepted, rejected = wait_until_recorded(
+        deployment, options.dataset, since, set(keys), console=console, timeout_seconds=timeout_seconds
+    )
+    clock.lap("ingest")
+    if not accepted:
+        raise NothingAcceptedError(
+            f"none of the {len(keys)} uploads to data set {options.dataset!r} was accepted, so no run "
+            "starts:\n"
+            + "\n".join(f"  {r.key}: {r.reason}" for r in rejected[:MAX_REASONS])
+            + (f"\n  ... and {len(rejected) - MAX_REASONS} more" if len(rejected) > MAX_REASONS else "")
+            + "\nfix or replace these files (JPEG or PNG images in DIR/<label>/) and run the demo again"
+        )
+    run_id = execution_arn = None
+    if accepted < min_new_images:
+        execution_arn, run_id = start_run(deployment, options.dataset, Overrides())
+        console.print(
+            f"{len(rejected)} of {len(keys)} uploads were refused, so fewer than MinNewImages "
+            f"({min_new_images}) are pending: started run {run_id} by hand, as `retrain start` does"
+        )
     record = wait_for_run(
         deployment,
         options.dataset,
         since=since,
+        run_id=run_id,
+        execution_arn=execution_arn,
         timeout_seconds=timeout_seconds,
-        on_wait=progress,
         poll_seconds=5,
     )
-    clock.lap("ingest and wait for the run to start")
+    clock.lap("wait for the run to start")
     record = follow(
         deployment, record, console=console, live=console.is_terminal, timeout_seconds=timeout_seconds
     )
     clock.lap(RUN_PHASE + record["run_id"])
     return record, set(keys)
+
+
+MAX_REASONS = 20  # refused uploads the demo's error lists (`retrain status` lists them all)
+
+
+class NothingAcceptedError(RetrainError):
+    """Every upload of a demo wave was refused: there is nothing to train on."""
+
+
+def wait_until_recorded(
+    deployment: Deployment,
+    dataset: str,
+    since: str,
+    keys: set[str],
+    *,
+    console: Console,
+    timeout_seconds: float,
+    poll_seconds: float = 2.0,
+) -> tuple[int, list[Rejected]]:
+    """Wait until the ledger has a row, accepted or refused, for every key of `keys` recorded since
+    `since`; the accepted count and the refusals with their reasons. Shows the progress as it changes."""
+    dynamodb = deployment.client("dynamodb")
+    table = deployment.output(names.STACK_OUTPUTS["ledger_table"])
+    deadline = time.monotonic() + timeout_seconds
+    last = -1
+    while True:
+        rows = [
+            row
+            for page in dynamodb.get_paginator("query").paginate(
+                TableName=table,
+                KeyConditionExpression="#pk = :dataset",
+                FilterExpression="recorded_at >= :since",
+                ExpressionAttributeNames={"#pk": names.LEDGER_PK},
+                ExpressionAttributeValues=runs.serialize({":dataset": dataset, ":since": since}),
+            )
+            for row in page.get("Items", [])
+        ]
+        accepted, rejected = uploads([runs.deserialize(row) for row in rows], keys)
+        recorded = accepted + len(rejected)
+        if recorded != last:
+            console.print(
+                f"waiting for the run: {recorded} of {len(keys)} uploads recorded in the ledger "
+                f"({len(rejected)} refused)"
+            )
+            last = recorded
+        if recorded >= len(keys):
+            return accepted, rejected
+        if time.monotonic() >= deadline:
+            raise RetrainError(
+                f"only {recorded} of {len(keys)} uploads to data set {dataset!r} were recorded within "
+                f"{int(timeout_seconds)} s: check the ingest queue's dead-letter queue and `retrain status`"
+            )
+        time.sleep(poll_seconds)
 
 
 RUN_PHASE = "run "
@@ -288,10 +383,16 @@ def _write_digits(folder: Path, limit: int | None, *, console: Console, quiet: b
     return folder
 
 
+def demo_parameters(options: DemoOptions, min_new_images: int) -> dict[str, str]:
+    """The stack parameters of the demo: the digits' or the photos', then the user's own."""
+    base = DEMO_PARAMETERS if options.images is None else PHOTO_PARAMETERS
+    return {**base, "MinNewImages": str(max(1, min_new_images)), **dict(options.parameters)}
+
+
 def _start_stack(options: DemoOptions, min_new_images: int) -> contextlib.AbstractContextManager[Deployment]:
     """The embedded stack in this process, with the demo's parameters, faults and spot schedule."""
     faults, spot = demo_runtime(list(options.faults), options.interrupt)
-    parameters = {**DEMO_PARAMETERS, "MinNewImages": str(max(1, min_new_images))}
+    parameters = demo_parameters(options, min_new_images)
     return local.foreground(options.state_dir, parameter_overrides=parameters, faults=faults, spot=spot)
 
 
@@ -307,34 +408,6 @@ def _upload_in_batches(
                 f"upload batch {number}: {len(batch)} files to s3://{bucket}/data/{options.dataset}/"
             )
     return keys
-
-
-def ledger_progress(
-    deployment: Deployment, dataset: str, since: str, total: int, console: Console
-) -> Callable[[], None]:
-    """While the demo waits for its run: how many of its uploads the control plane has recorded so far
-    (a COUNT query, so the wait adds little load to the stack it waits on)."""
-    last = -1
-    dynamodb = deployment.client("dynamodb")
-    table = deployment.output(names.STACK_OUTPUTS["ledger_table"])
-
-    def show() -> None:
-        nonlocal last
-        recorded = 0
-        for page in dynamodb.get_paginator("query").paginate(
-            TableName=table,
-            KeyConditionExpression="#pk = :dataset",
-            FilterExpression="recorded_at >= :since",
-            ExpressionAttributeNames={"#pk": names.LEDGER_PK},
-            ExpressionAttributeValues=runs.serialize({":dataset": dataset, ":since": since}),
-            Select="COUNT",
-        ):
-            recorded += int(page.get("Count", 0))
-        if recorded != last:
-            console.print(f"waiting for the run: {recorded} of {total} uploads recorded in the ledger")
-            last = recorded
-
-    return show
 
 
 def demo_runtime(fault_specs: list[str], interrupt: int) -> tuple[Any, Any]:

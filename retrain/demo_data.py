@@ -75,3 +75,60 @@ def batches(files: Sequence[T], count: int) -> list[list[T]]:
     if count < 1:
         raise ValueError(f"batch count must be at least 1, got {count}")
     return [b for b in (list(files[i::count]) for i in range(count)) if b]
+
+
+# Real photographs scikit-image's wheel ships (skimage/data): one class per photograph. A crop is a random
+# square of PHOTO_CROP_SHARE of the photo's shorter side, anywhere in it, maybe mirrored: crops of one
+# photograph show different parts of it (the astronaut's face, suit or flag; the cat's eye or fur).
+PHOTOS = {
+    "astronaut": "astronaut.png",
+    "cat": "chelsea.png",
+    "coffee": "coffee.png",
+    "rocket": "rocket.jpg",
+    "motorcycle": "motorcycle_left.png",
+    "retina": "retina.jpg",
+    "tissue": "ihc.png",
+    "bricks": "brick.png",
+    "grass": "grass.png",
+    "gravel": "gravel.png",
+}
+PHOTO_CROP_SHARE = (0.15, 0.45)
+PHOTO_SIZE = 128
+
+
+def write_photos(
+    root: Path,
+    *,
+    per_class: int = 40,
+    size: int = PHOTO_SIZE,
+    classes: Sequence[str] = tuple(PHOTOS),
+    seed: int = 0,
+) -> DemoDataset:
+    """Write `root/<class>/crop-<n>.jpg`: `per_class` random crops of each class's photograph, `size`
+    pixels square, as RGB JPEGs (what users upload). The same seed writes the same crops."""
+    import skimage.data
+
+    unknown = [c for c in classes if c not in PHOTOS]
+    if unknown:
+        raise ValueError(f"unknown photo classes {unknown}: use some of {', '.join(PHOTOS)}")
+    folder = Path(skimage.data.__file__).parent
+    rng = np.random.default_rng(seed)
+    files: list[Path] = []
+    per_label: Counter[str] = Counter()
+    for label in classes:
+        photo = Image.open(folder / PHOTOS[label]).convert("RGB")
+        width, height = photo.size
+        for n in range(per_class):
+            side = int(min(width, height) * rng.uniform(*PHOTO_CROP_SHARE))
+            left, top = int(rng.integers(0, width - side + 1)), int(rng.integers(0, height - side + 1))
+            crop = photo.crop((left, top, left + side, top + side)).resize(
+                (size, size), Image.Resampling.BICUBIC
+            )
+            if rng.random() < 0.5:
+                crop = crop.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+            path = root / label / f"crop-{n:03d}.jpg"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            crop.save(path, format="JPEG", quality=90)
+            files.append(path)
+            per_label[label] += 1
+    return DemoDataset(root=root, files=tuple(files), per_label=dict(per_label))

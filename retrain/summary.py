@@ -1,4 +1,5 @@
-"""The one JSON object `--json` prints at the end of a run (the issue's keys, exactly)."""
+"""The one JSON object `--json` prints at the end of a run (the issue's keys, exactly), and the demo's,
+which adds what each of its runs started from."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from retrain.report.facts import RunFacts
 SUMMARY_KEYS = (
     "run_id",
     "status",
+    "started_from",
     "accepted",
     "rejected",
     "tuning",
@@ -26,6 +28,7 @@ def summary(facts: RunFacts) -> dict[str, Any]:
     return {
         "run_id": facts.run_id,
         "status": facts.status,
+        "started_from": lineage(facts),
         "accepted": facts.accepted,
         "rejected": [{"key": r.key, "problem": r.problem, "reason": r.reason} for r in facts.rejected],
         "tuning": {
@@ -51,3 +54,16 @@ def summary(facts: RunFacts) -> dict[str, Any]:
         "model_package": facts.model_package or None,
         "report": facts.report or None,
     }
+
+
+def lineage(facts: RunFacts) -> dict[str, str]:
+    """What the run started from: kind (champion, pretrained, imagenet, scratch), the weights' URI, the
+    champion's model package ARN, and why."""
+    start = facts.started_from
+    return {key: start.get(key, "") for key in ("kind", "uri", "model_package_arn", "reason")}
+
+
+def demo_summary(reported: list[RunFacts]) -> dict[str, Any]:
+    """The last run's summary, and each run of the demo with its lineage, in order."""
+    runs = [{"run_id": f.run_id, "status": f.status, "started_from": lineage(f)} for f in reported]
+    return {**summary(reported[-1]), "runs": runs}

@@ -1,4 +1,5 @@
-"""`retrain demo --json` end to end on the embedded stack, as `make demo` runs it (a small image set)."""
+"""`retrain demo --images DIR --json` end to end on the embedded stack: a user's small folder of photos,
+with files the control plane refuses for their place or their content."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from retrain.demo import DEMO_PARAMETERS
-from retrain.demo_data import write_digits, write_mistakes
+from retrain.demo import PHOTO_PARAMETERS
+from retrain.demo_data import write_mistakes, write_photos
 from retrain.summary import SUMMARY_KEYS
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -18,30 +19,45 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
+def _refused_for_content(images: Path) -> list[Path]:
+    """Two files that look like images by their names: a cut-off JPEG and text named .jpg."""
+    truncated, text = images / "cat" / "cut-off.jpg", images / "coffee" / "notes.jpg"
+    truncated.write_bytes((images / "cat" / "crop-000.jpg").read_bytes()[:300])
+    text.write_text("not a photo\n", encoding="utf-8")
+    return [truncated, text]
+
+
 def test_demo_runs_the_whole_flow_and_prints_the_summary(tmp_path):
-    # GIVEN a small labelled image set with two user mistakes in it
+    # GIVEN a small folder of photos in three labels, two misplaced files and two that look like images
+    # but are not (the demo counts 38 likely images; the control plane accepts 36)
     images = tmp_path / "images"
-    write_digits(images, limit=60)
-    note, empty = write_mistakes(images)
-    # WHEN the demo runs on it with one spot interruption per training job
+    write_photos(images, per_class=12, size=64, classes=("cat", "coffee", "rocket"))
+    mistakes = [*write_mistakes(images), *_refused_for_content(images)]
+    # WHEN the demo runs on it with one spot interruption per training job, at 64 pixels
     result = subprocess.run(
         [sys.executable, "-m", "retrain.cli", "demo", "--images", str(images), "--json", "--interrupt", "1",
-         "--timeout", "20", "--state-dir", str(tmp_path / "state")],
+         "--parameter", "ImageSize=64", "--timeout", "20", "--state-dir", str(tmp_path / "state")],
         cwd=tmp_path, capture_output=True, text=True, timeout=25 * 60, check=False,
     )  # fmt: skip
-    # THEN the run finished (gate passed or not) and the one JSON object has the issue's keys
+    # THEN the run started once every upload was recorded (by hand: fewer than the likely images were
+    # accepted), finished, and the one JSON object has the issue's keys and the run's lineage
     assert result.returncode == 0, result.stderr[-3000:]
-    summary = json.loads(result.stdout)
-    assert tuple(summary) == SUMMARY_KEYS
-    assert summary["status"] in ("SUCCEEDED", "REJECTED")
-    # AND the uploads were judged: 60 accepted, the two mistakes rejected with reasons
-    assert summary["accepted"] == 60
+    assert "4 of 40 uploads were refused, so fewer than MinNewImages (38) are pending" in result.stderr
+    document = json.loads(result.stdout)
+    runs = document.pop("runs")
+    assert tuple(document) == SUMMARY_KEYS
+    summary = document
+    assert summary["status"] in ("SUCCEEDED", "REJECTED") and summary["run_id"].startswith("manual-digits-")
+    assert summary["started_from"]["kind"] == "imagenet"
+    assert [(r["run_id"], r["started_from"]["kind"]) for r in runs] == [(summary["run_id"], "imagenet")]
+    # AND the uploads were judged: 36 accepted, the four mistakes rejected with reasons
+    assert summary["accepted"] == 36
     rejected = {r["key"]: r["reason"] for r in summary["rejected"]}
-    assert set(rejected) == {f"data/digits/{p.relative_to(images).as_posix()}" for p in (note, empty)}
+    assert set(rejected) == {f"data/digits/{p.relative_to(images).as_posix()}" for p in mistakes}
     assert all(rejected.values())
     # AND tuning ran trials, spot interrupted them and they resumed from checkpoints
     assert (
-        summary["tuning"]["jobs"] == int(DEMO_PARAMETERS["MaxTuningJobs"]) and summary["tuning"]["best_job"]
+        summary["tuning"]["jobs"] == int(PHOTO_PARAMETERS["MaxTuningJobs"]) and summary["tuning"]["best_job"]
     )
     assert summary["training"]["interruptions"] >= 1
     assert summary["training"]["resumed_at_steps"]
@@ -52,3 +68,21 @@ def test_demo_runs_the_whole_flow_and_prints_the_summary(tmp_path):
     report = tmp_path / summary["report"]
     assert report.is_file()
     assert (report.parent / "loss_curves.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_a_demo_of_files_the_control_plane_refuses_all_ends_at_once_with_their_reasons(tmp_path):
+    # GIVEN a folder whose every file looks like an image by its name but is not one
+    images = tmp_path / "images"
+    (images / "cat").mkdir(parents=True)
+    (images / "cat" / "a.jpg").write_bytes(b"\xff\xd8\xff\xe0 cut off")
+    (images / "cat" / "b.png").write_text("a note, named like a picture\n", encoding="utf-8")
+    # WHEN the demo runs on it
+    result = subprocess.run(
+        [sys.executable, "-m", "retrain.cli", "demo", "--images", str(images), "--json",
+         "--state-dir", str(tmp_path / "state")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=10 * 60, check=False,
+    )  # fmt: skip
+    # THEN it fails once both uploads are recorded, naming each and why, with nothing on stdout
+    assert result.returncode != 0 and result.stdout == ""
+    assert "none of the 2 uploads to data set 'digits' was accepted" in result.stderr
+    assert "data/digits/cat/a.jpg: " in result.stderr and "data/digits/cat/b.png: " in result.stderr

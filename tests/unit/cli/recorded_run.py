@@ -40,6 +40,15 @@ CLASS_COUNTS = {
 }
 
 
+# The run started from the data set's champion (Prepare records the lineage).
+STARTED_FROM = {
+    "kind": "champion",
+    "uri": "s3://retrain-artifacts-test/runs/digits/r0/output/job/output/model.tar.gz",
+    "model_package_arn": "arn:aws:sagemaker:us-east-1:123456789012:model-package/retrain-digits/0",
+    "reason": "the data set's champion (run r0)",
+}
+
+
 def record(status: str = "SUCCEEDED", **extra: Any) -> runs.RunRecord:
     base: dict[str, Any] = {
         "dataset": DATASET,
@@ -84,6 +93,7 @@ def record(status: str = "SUCCEEDED", **extra: Any) -> runs.RunRecord:
         "excluded_labels": {"lynx": "2 image(s), below MinImagesPerLabel 5; upload more images of it"},
         "rejected_uploads": {"conflict": 1, "content": 1, "layout": 2},
         "unreadable_images": [{"key": f"data/{DATASET}/zero/img-2.jpg", "reason": "image file is truncated"}],
+        "started_from": STARTED_FROM,
     }
     base.update(extra)
     return runs.RunRecord(**base)  # type: ignore[typeddict-item]

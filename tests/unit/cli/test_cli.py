@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import boto3
 import pytest
@@ -10,7 +11,7 @@ import retrain.cli
 import retrain.demo
 from controller import runs
 from retrain.deployment import connect
-from retrain.errors import RunFailedError
+from retrain.errors import RetrainError, RunFailedError
 from retrain.report.build import REPORT_FILE
 from retrain.summary import SUMMARY_KEYS
 from tests.unit.cli import recorded_run
@@ -72,6 +73,8 @@ def test_status_shows_the_runs_jobs_and_interruptions(stack, recorded):
     }
     assert set(shot["excluded_labels"]) == {"lynx"}
     assert shot["unreadable"] == [{"key": "data/digits/zero/img-2.jpg", "reason": "image file is truncated"}]
+    # AND what the run started from: kind, weights, the champion's package, why
+    assert shot["started_from"] == recorded_run.STARTED_FROM
 
 
 def test_status_on_a_terminal_lists_each_refused_file_and_why(stack, recorded, recorded_sagemaker):
@@ -95,6 +98,7 @@ def test_report_writes_the_run_folder_and_prints_the_summary(stack, recorded, tm
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
     assert tuple(document) == SUMMARY_KEYS
+    assert document["started_from"] == recorded_run.STARTED_FROM
     assert (tmp_path / "runs" / "r1" / REPORT_FILE).is_file()
     assert document["report"] == f"s3://retrain-artifacts-test/runs/digits/r1/report/{REPORT_FILE}"
     s3 = boto3.client("s3")
@@ -204,21 +208,52 @@ def test_local_down_without_a_running_stack_says_so(tmp_path):
     assert result.stdout == "no embedded stack was running\n"
 
 
-def test_demo_wait_counts_the_uploads_recorded_since_it_began(stack):
-    # GIVEN ledger rows of an earlier demo and two of this one
+def _ledger(stack, rows: dict[str, tuple[str, str]]) -> None:
+    """Ledger rows of data set d: key -> (recorded_at, state); a refused one with its reason."""
     dynamodb = boto3.client("dynamodb")
-    rows = {"data/d/a/old.jpg": "2026-11-21T10:00:00.0Z", "data/d/a/1.jpg": "2026-11-22T05:00:01.5Z",
-            "data/d/b/2.jpg": "2026-11-22T05:00:02.0Z"}  # fmt: skip
-    for key, at in rows.items():
-        item = {"dataset": "d", "key": key, "state": "accepted", "recorded_at": at}
+    for key, (at, state) in rows.items():
+        item = {"dataset": "d", "key": key, "state": state, "recorded_at": at}
+        if state == "rejected":
+            item |= {"problem": "content", "reason": "not an image: cannot identify image file"}
         dynamodb.put_item(TableName=stack.output("ledger_table"), Item=runs.serialize(item))
+
+
+def test_the_demo_waits_for_every_upload_of_its_wave_accepted_or_refused(stack):
+    # GIVEN a row of an earlier demo and, of this wave's three uploads, one accepted and one refused row
+    _ledger(stack, {"data/d/a/old.jpg": ("2026-11-21T10:00:00.0Z", "accepted"),
+                    "data/d/a/1.jpg": ("2026-11-22T05:00:01.5Z", "accepted"),
+                    "data/d/b/2.jpg": ("2026-11-22T05:00:02.0Z", "rejected")})  # fmt: skip
+    wave = {"data/d/a/1.jpg", "data/d/b/2.jpg", "data/d/b/3.jpg"}
     console = retrain.cli.Console(record=True, width=200)
-    show = retrain.demo.ledger_progress(connect(stack.name), "d", "2026-11-22T05:00:00", 5, console)
-    # WHEN the wait reports progress twice with nothing new in between
-    show()
-    show()
-    # THEN it counts this demo's rows only, and says it once
-    assert console.export_text() == "waiting for the run: 2 of 5 uploads recorded in the ledger\n"
+    deployment = connect(stack.name)
+    # WHEN the last one is recorded while the demo waits
+    timer = threading.Timer(0.5, _ledger, (stack, {"data/d/b/3.jpg": ("2026-11-22T05:00:03.0Z", "accepted")}))
+    timer.start()
+    accepted, rejected = retrain.demo.wait_until_recorded(
+        deployment, "d", "2026-11-22T05:00:00", wave, console=console, timeout_seconds=60, poll_seconds=0.1
+    )
+    timer.join()
+    # THEN it returns this wave's accepted count and refusals, having said each change of the count once
+    assert accepted == 2
+    assert [(r.key, r.problem) for r in rejected] == [("data/d/b/2.jpg", "content")]
+    assert console.export_text() == (
+        "waiting for the run: 2 of 3 uploads recorded in the ledger (1 refused)\n"
+        "waiting for the run: 3 of 3 uploads recorded in the ledger (1 refused)\n"
+    )
+
+
+def test_the_demo_says_how_many_uploads_were_never_recorded_and_where_to_look(stack):
+    _ledger(stack, {"data/d/a/1.jpg": ("2026-11-22T05:00:01.5Z", "accepted")})
+    console = retrain.cli.Console(record=True, width=200)
+    with pytest.raises(RetrainError, match=r"only 1 of 2 uploads .* dead-letter queue"):
+        retrain.demo.wait_until_recorded(
+            connect(stack.name),
+            "d",
+            "2026-11-22T05:00:00",
+            {"data/d/a/1.jpg", "data/d/a/2.jpg"},
+            console=console,
+            timeout_seconds=0,
+        )
 
 
 def test_demo_refuses_limit_with_images_before_starting_anything(tmp_path):

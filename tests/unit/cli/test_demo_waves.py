@@ -89,3 +89,31 @@ def test_one_digit_of_each_held_out_label_stays_out_of_every_upload(tmp_path: Pa
     assert len(uploaded) + len(held) == len(files)
     assert {m.relative_to(tmp_path).as_posix() for m in mistakes} <= {f.relative for f in uploaded}
     assert "nine" not in demo.HELD_OUT_LABELS  # the second wave's new label is uploaded whole
+
+
+def test_the_demos_json_lists_every_run_with_what_it_started_from() -> None:
+    from retrain.summary import SUMMARY_KEYS, demo_summary
+
+    first = _facts("digits-00001", "scratch", [0.5, 0.8, 0.9], 0.91)
+    second = _facts("digits-00002", "champion", [0.93, 0.95, 0.96], 0.97)
+    second.started_from = {"kind": "champion", "uri": "s3://a/m.tar.gz", "model_package_arn": "arn:p/1"}
+    document = demo_summary([first, second])
+    assert tuple(document) == (*SUMMARY_KEYS, "runs")
+    assert document["run_id"] == "digits-00002"
+    assert document["runs"] == [
+        {"run_id": "digits-00001", "status": "SUCCEEDED",
+         "started_from": {"kind": "scratch", "uri": "", "model_package_arn": "", "reason": ""}},
+        {"run_id": "digits-00002", "status": "SUCCEEDED",
+         "started_from": {"kind": "champion", "uri": "s3://a/m.tar.gz", "model_package_arn": "arn:p/1",
+                          "reason": ""}},
+    ]  # fmt: skip
+
+
+def test_a_folder_of_photos_gets_the_stacks_architecture_and_recipe_and_the_users_parameters_last() -> None:
+    photos = demo.DemoOptions(images=Path("photos"), parameters=(("Epochs", "7"),))
+    digits = demo.DemoOptions()
+    # The digits train ResNet-18 at 32 px from random weights; photos the stack's architecture (from ImageNet)
+    assert demo.demo_parameters(digits, 898)["ModelArchitecture"] == "resnet18"
+    chosen = demo.demo_parameters(photos, 40)
+    assert "ModelArchitecture" not in chosen and "CropScaleMin" not in chosen
+    assert (chosen["ImageSize"], chosen["MinNewImages"], chosen["Epochs"]) == ("128", "40", "7")

@@ -75,9 +75,10 @@ def test_follow_of_a_finished_run_prints_one_plain_line_and_returns():
     # THEN it returns the final record after one plain progress line
     assert ended["status"] == "SUCCEEDED"
     lines = console.export_text().splitlines()
-    # (with what the run set aside and could not read; no ledger rows here, so no refused uploads)
+    # (with its start, what it set aside and could not read; no ledger rows here, so no refused uploads)
     assert lines == [
-        "run r1 SUCCEEDED state=- trials=3/3 interruptions=2 elapsed=5m30s unreadable=1 labels_set_aside=lynx"
+        "run r1 SUCCEEDED state=- trials=3/3 interruptions=2 elapsed=5m30s start=champion unreadable=1 "
+        "labels_set_aside=lynx"
     ]
 
 
