@@ -88,6 +88,8 @@ bench: setup
 	$(BIN)/python bench/gatekeeper.py --append BENCHMARKS.md
 	$(BIN)/python bench/ingest.py --append BENCHMARKS.md
 	$(BIN)/python bench/transfer.py --append BENCHMARKS.md
+	$(BIN)/python bench/transfer.py --recipes --append BENCHMARKS.md
+	$(BIN)/python bench/run_jobs.py --append BENCHMARKS.md
 
 # The base image's URI in REGION comes from sagemaker-core's image-URI data (retrain/dev/base_image.py).
 REGION ?= $(AWS_DEFAULT_REGION)
