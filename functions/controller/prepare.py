@@ -228,7 +228,7 @@ def start_of(settings: RunSettings, requested: str | None, state: dict[str, Any]
         return start(START_PRETRAINED, pretrained, f"the stack's PretrainedModelUri{passed}")
     if model in container.IMAGENET_MODELS:
         why = f"no champion and no PretrainedModelUri{passed}"
-        return start(START_IMAGENET, "", f"{why}: {imagenet_weights(model)}")
+        return start(START_IMAGENET, "", f"{why}: {imagenet_described(model)}")
     return start(
         START_SCRATCH,
         "",
@@ -237,7 +237,8 @@ def start_of(settings: RunSettings, requested: str | None, state: dict[str, Any]
     )
 
 
-def imagenet_weights(model: str) -> str:
+def imagenet_described(model: str) -> str:
+    """The ImageNet weights of `model` the training image installs, in words (for the lineage)."""
     return f"the training image's ImageNet {model} ({container.IMAGENET_WEIGHTS_PACKAGE})"
 
 
@@ -259,7 +260,7 @@ def _requested_weights(
             f"{', '.join(container.IMAGENET_MODELS)} only, not {model}; give overrides.model "
             f"{container.IMAGENET_MODELS[0]}, or start from other weights"
         )
-    return start(START_IMAGENET, "", f"the request asked for {imagenet_weights(model)}")
+    return start(START_IMAGENET, "", f"the request asked for {imagenet_described(model)}")
 
 
 def check_start_weights(start: Start, s3: S3Client) -> None:
