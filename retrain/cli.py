@@ -27,8 +27,8 @@ from retrain.collect import collect, find_run, runs_table
 from retrain.demo import (
     DEMO_BATCHES,
     DEMO_DATASET,
-    DEMO_PARAMETERS,
     DEMO_TIMEOUT_MINUTES,
+    PHOTO_PARAMETERS,
     DemoOptions,
     held_out_table,
     lineage_table,
@@ -218,7 +218,7 @@ def demo(  # noqa: PLR0913
     timeout: Annotated[int, typer.Option("--timeout", min=1, help="Minutes to wait.")] = DEMO_TIMEOUT_MINUTES,
     parameter: Annotated[
         list[str] | None,
-        typer.Option("--parameter", "-P", help="A stack parameter NAME=VALUE over the demo's (repeatable)."),
+        typer.Option("--parameter", "-p", help="A stack parameter NAME=VALUE over the demo's (repeatable)."),
     ] = None,
     json_output: JsonOption = False,
     state_dir: StateDirOption = local.DEFAULT_STATE_DIR,
@@ -525,13 +525,15 @@ def local_up(
     parameter: Annotated[
         list[str] | None,
         typer.Option(
-            "--parameter", "-p", help="Template parameter NAME=VALUE (repeatable; default: the demo's)."
+            "--parameter",
+            "-p",
+            help="Template parameter NAME=VALUE (repeatable; default: those of `retrain demo --images`).",
         ),
     ] = None,
     state_dir: StateDirOption = local.DEFAULT_STATE_DIR,
 ) -> None:
     """Start the embedded stack in the background (state kept in .retrain/)."""
-    overrides = {**DEMO_PARAMETERS, **parse_assignments(parameter or [], "--parameter")}
+    overrides = {**PHOTO_PARAMETERS, **parse_assignments(parameter or [], "--parameter")}
     endpoint = local.up(state_dir, parameter_overrides=overrides)
     typer.echo(f"embedded stack running at {endpoint}; stop it with `retrain local down`")
 

@@ -39,7 +39,7 @@ DEMO_DATASET = "digits"
 DEMO_BATCHES = 3
 DEMO_TIMEOUT_MINUTES = 60
 DEMO_TARGET_ACCURACY = 0.9  # the top-1 the demo's runs are meant to reach (README: its measured runs)
-# Template parameters the demo (and `retrain local up`) override so both runs finish in minutes on 2 CPU
+# Template parameters the demo overrides so both runs finish in minutes on 2 CPU
 # cores: two spot trials at a time, the best trial shipped without a final retraining, checkpoints about
 # once an epoch, a short quiet period before a run starts, and the price of a CPU instance, which is what
 # really runs here. The digits are 8x8 images: ResNet-18 at 32 pixels from random weights (the image has
@@ -68,9 +68,9 @@ DEMO_PARAMETERS = {
     "QuietPeriodSeconds": "15",
     "MaxWaitSeconds": "1800",
 }
-# `--images DIR`: the user's photos get the stack's architecture, start and fine-tuning recipe (ImageNet
-# EfficientNet-Lite0, its BatchNorm statistics kept, MinTrainingSteps), at 128 pixels rather than 224 so
-# that two trials fit the demo's minutes on 2 CPU cores.
+# `--images DIR` (and `retrain local up`): the user's photos get the stack's architecture, start and
+# fine-tuning recipe (ImageNet EfficientNet-Lite0, its BatchNorm statistics kept, MinTrainingSteps), at 128
+# pixels rather than 224 so that two trials fit the demo's minutes on 2 CPU cores.
 PHOTO_PARAMETERS = {
     **{k: v for k, v in DEMO_PARAMETERS.items() if k not in ("ModelArchitecture", "CropScaleMin")},
     "ImageSize": "128",
@@ -183,14 +183,20 @@ def run_demo(options: DemoOptions, *, console: Console, quiet: bool) -> Iterator
             files, held = hold_out(files, HELD_OUT_LABELS)
         uploads = [files] if options.images is not None else waves(files, demo_data.LABELS[-1])
         clock.lap("write the images")
-        min_new = min(len(likely_images(wave)) for wave in uploads)
-        deployment = cleanup.enter_context(_start_stack(options, min_new))
+        parameters = demo_parameters(options, min(len(likely_images(wave)) for wave in uploads))
+        deployment = cleanup.enter_context(_start_stack(options, parameters))
         clock.lap("start the embedded stack")
         records: list[runs.RunRecord] = []
         keys: set[str] = set()
         for wave in uploads:
             record, wave_keys = _run_wave(
-                deployment, wave, options, clock, min_new_images=min_new, console=console, quiet=quiet
+                deployment,
+                wave,
+                options,
+                clock,
+                min_new_images=int(parameters["MinNewImages"]),
+                console=console,
+                quiet=quiet,
             )
             records.append(record)
             keys |= wave_keys
@@ -384,15 +390,17 @@ def _write_digits(folder: Path, limit: int | None, *, console: Console, quiet: b
 
 
 def demo_parameters(options: DemoOptions, min_new_images: int) -> dict[str, str]:
-    """The stack parameters of the demo: the digits' or the photos', then the user's own."""
+    """The stack parameters of the demo: the digits' or the photos', MinNewImages the likely images of a
+    wave, then the user's own (a MinNewImages among them is what the demo waits for)."""
     base = DEMO_PARAMETERS if options.images is None else PHOTO_PARAMETERS
     return {**base, "MinNewImages": str(max(1, min_new_images)), **dict(options.parameters)}
 
 
-def _start_stack(options: DemoOptions, min_new_images: int) -> contextlib.AbstractContextManager[Deployment]:
+def _start_stack(
+    options: DemoOptions, parameters: dict[str, str]
+) -> contextlib.AbstractContextManager[Deployment]:
     """The embedded stack in this process, with the demo's parameters, faults and spot schedule."""
     faults, spot = demo_runtime(list(options.faults), options.interrupt)
-    parameters = demo_parameters(options, min_new_images)
     return local.foreground(options.state_dir, parameter_overrides=parameters, faults=faults, spot=spot)
 
 
