@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from botocore.exceptions import ClientError
+
 from controller import names, runs
 from controller.config import Config
 from controller.observability import logger
@@ -37,6 +39,10 @@ if TYPE_CHECKING:
 TERMINAL = ("Completed", "Failed", "Stopped")
 DELETE_BATCH = 1000  # DeleteObjects takes at most 1,000 keys (Amazon S3 API Reference)
 TRIALS_PAGE = 100  # ListTrainingJobsForHyperParameterTuningJob's MaxResults is at most 100
+# A conditional PutObject's answers when the object is gone (404), another than listed (412) or being
+# written or deleted at the same moment (409): "How to prevent object overwrites with conditional
+# writes", Amazon S3 User Guide.
+GONE_OR_CHANGED = ("NoSuchKey", "404", "PreconditionFailed", "412", "ConditionalRequestConflict", "409")
 
 
 def job_seconds(description: dict[str, Any]) -> tuple[int, int]:
@@ -90,13 +96,21 @@ def drop_checkpoints(
 
 
 def empty_checkpoints(prefix: str, *, config: Config, s3: S3Client) -> int:
-    """Overwrite each non-empty object under `prefix` with zero bytes; how many."""
+    """Overwrite each non-empty object under `prefix` with zero bytes, as long as it is the object
+    listed (a conditional write: the tuning job's end may have deleted it meanwhile, and an emptied copy
+    must not come back after that); how many."""
     emptied = 0
     for objects in _objects(prefix, config=config, s3=s3):
         for obj in objects:
-            if obj.get("Size", 0) > 0:
-                s3.put_object(Bucket=config.artifact_bucket, Key=obj["Key"], Body=b"")
-                emptied += 1
+            if obj.get("Size", 0) == 0:
+                continue
+            try:
+                s3.put_object(Bucket=config.artifact_bucket, Key=obj["Key"], Body=b"", IfMatch=obj["ETag"])
+            except ClientError as error:
+                if error.response["Error"]["Code"] not in GONE_OR_CHANGED:
+                    raise
+                continue
+            emptied += 1
     return emptied
 
 

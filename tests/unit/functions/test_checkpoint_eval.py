@@ -259,6 +259,30 @@ def test_an_ended_trial_empties_its_checkpoints_in_place_for_the_trials_that_sta
     assert {key.split("/")[3]: size for key, size in sizes.items()} == {"tune-001": 0, "tune-002": 7}
 
 
+def test_a_trials_end_handled_while_its_tuning_job_ends_does_not_bring_deleted_checkpoints_back(aws, config):
+    # GIVEN a trial's checkpoints, and its end event and its tuning job's arriving together: the tuning
+    # job's end is handled between the trial's listing of its checkpoints and its emptying of them
+    _running_run(aws)
+    for step in (100, 200):
+        _write_checkpoint(aws, "tune-001", step)
+    sagemaker = _Trials(aws.sagemaker, {"tune-001": (100, 30)})
+    interleaved: list[dict[str, Any]] = []
+    listings = []
+
+    def tuning_job_ends_now(**_: Any) -> None:
+        listings.append(1)
+        if len(listings) == 1:  # after the trial's own listing only (the tuning job's lists too)
+            interleaved.append(_handle(_tuning_ended(), aws, _config(config), sagemaker))
+
+    aws.s3.meta.events.register("after-call.s3.ListObjectsV2", tuning_job_ends_now)
+    # WHEN the trial's end is handled
+    result = _handle(_job_ended("tune-001"), aws, _config(config), sagemaker)
+    # THEN the tuning job's end deleted both, and the trial emptied none back into existence
+    assert interleaved[0]["checkpoints_dropped"] == 2
+    assert result["checkpoints_emptied"] == 0
+    assert _checkpoint_keys(aws) == []
+
+
 def test_an_emptied_checkpoint_starts_no_evaluation(aws, config):
     # GIVEN a running run whose trial ended, its checkpoint emptied in place (S3 sends Object Created)
     _running_run(aws)
