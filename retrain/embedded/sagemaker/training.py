@@ -229,10 +229,17 @@ class CheckpointSync:
             self._seen[path] = signature
         return ready
 
-    def upload(self, path: Path) -> None:
-        signature = _signature(path)
-        upload_file(self.s3, path, self.remote.join(path.relative_to(self.local).as_posix()))
+    def upload(self, path: Path) -> bool:
+        """Upload one file; False when the job deleted it first (a checkpoint it pruned meanwhile: the
+        agent syncs what the job keeps, and there is nothing of it in S3 to delete)."""
+        try:
+            signature = _signature(path)
+            upload_file(self.s3, path, self.remote.join(path.relative_to(self.local).as_posix()))
+        except FileNotFoundError:
+            self._seen.pop(path, None)
+            return False
         self._uploaded[path] = signature
+        return True
 
     def deleted_files(self) -> list[Path]:
         """Files synced to S3 that the job has deleted since."""
@@ -658,8 +665,8 @@ class TrainingRun:
         if self.checkpoint_sync is None:
             return
         for path in self.checkpoint_sync.stable_new_files():
-            self.checkpoint_sync.upload(path)
-            watch.new_checkpoints += int(CHECKPOINT_PATTERN.search(path.as_posix()) is not None)
+            if self.checkpoint_sync.upload(path):
+                watch.new_checkpoints += int(CHECKPOINT_PATTERN.search(path.as_posix()) is not None)
         for path in self.checkpoint_sync.deleted_files():
             self.checkpoint_sync.delete(path)
 

@@ -151,3 +151,26 @@ def test_a_job_with_a_checkpoint_prefix_of_its_own_resumes_from_its_newest_check
     # AND its instance never held the other job's checkpoint
     local = emulator.workdir / "training" / "final" / "opt" / "ml" / "checkpoints"
     assert not [p for p in local.rglob("*") if "trial" in p.parts]
+
+
+def test_a_checkpoint_the_job_deletes_before_its_upload_is_skipped_not_fatal(
+    aws: dict[str, Any], tmp_path: Any
+) -> None:
+    from retrain.embedded.sagemaker.training import CheckpointSync
+
+    # GIVEN a checkpoint that has stopped changing, so the next poll uploads it
+    local = tmp_path / "checkpoints"
+    sync = CheckpointSync(aws["s3"], local, s3io.S3Uri.parse(f"s3://{BUCKET}/checkpoints/run/"))
+    sync.restore()
+    path = local / "job" / "algo-1" / contract.checkpoint_name(2)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"weights")
+    sync.stable_new_files()
+    [ready] = sync.stable_new_files()
+    # WHEN the trainer prunes it before the upload reaches it
+    ready.unlink()
+    uploaded = sync.upload(ready)
+    # THEN nothing is uploaded and the job goes on, as SageMaker's agent syncs what the job keeps
+    assert uploaded is False
+    assert _checkpoint_keys(aws["s3"], "checkpoints/run/") == []
+    assert sync.deleted_files() == []
