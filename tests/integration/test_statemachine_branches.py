@@ -603,11 +603,11 @@ def test_a_second_run_warm_starts_from_the_last_tuning_job(harness: Harness) -> 
         {"HyperParameterTuningJobName": first_tuning}
     ]
     assert any(r["ProcessingJobName"].endswith("champion") for r in harness.sagemaker.requests["processing"])
-    # AND, from the champion where the first run started from scratch, it has as many static plus tunable
-    # hyperparameters as its parent: SageMaker refuses a warm start otherwise
+    # AND, from the champion where the first run started from ImageNet, it has as many static plus
+    # tunable hyperparameters as its parent: SageMaker refuses a warm start otherwise
     first = harness.sagemaker.requests["tuning"][0]
     assert harness.record("flowers-00002")["started_from"]["kind"] == "champion"
-    assert first["TrainingJobDefinition"]["StaticHyperParameters"]["pretrained"] == ""
+    assert first["TrainingJobDefinition"]["StaticHyperParameters"]["pretrained"] == "imagenet"
     assert _hyperparameter_count(second) == _hyperparameter_count(first)
 
 

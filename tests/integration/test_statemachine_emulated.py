@@ -48,6 +48,7 @@ TINY = {
     "image_size": 32,
     "batch_size": 8,
     "checkpoint_every_steps": 2,
+    "min_training_steps": 8,  # the recipe's floor of steps, at this test's scale
     "max_jobs": 1,
     "parallel_jobs": 1,
     "final_training": False,

@@ -90,17 +90,18 @@ def test_spot_job_bills_less_than_it_trains(
 def test_max_wait_time_stops_a_job_still_waiting_for_capacity(
     aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator]
 ) -> None:
-    # GIVEN capacity that comes back only after the job's MaxWaitTimeInSeconds
+    # GIVEN capacity that comes back only after the job's MaxWaitTimeInSeconds, and a runtime limit the
+    # job's first checkpoint comes well within, even on a loaded machine (2 s did not, under CI's load)
     put_images(aws["s3"], "data/train")
     emulator = make_emulator(
-        spot=SpotSchedule(interruptions=1, after_checkpoints=1, capacity_wait_seconds=30)
+        spot=SpotSchedule(interruptions=1, after_checkpoints=1, capacity_wait_seconds=120)
     )
     request = spot_request("spot-wait")
-    request["StoppingCondition"] = {"MaxRuntimeInSeconds": 2, "MaxWaitTimeInSeconds": 3}
+    request["StoppingCondition"] = {"MaxRuntimeInSeconds": 10, "MaxWaitTimeInSeconds": 12}
 
     # WHEN it is interrupted
     emulator.create_training_job(**request)
-    job = wait_training(emulator, "spot-wait", timeout=30)
+    job = wait_training(emulator, "spot-wait", timeout=90)
 
     # THEN it ends Stopped with MaxWaitTimeExceeded
     assert job["TrainingJobStatus"] == "Stopped"

@@ -133,19 +133,20 @@ def test_stop_training_job_ends_it_stopped(
 def test_max_runtime_stops_the_job_and_sigkills_a_container_that_ignores_sigterm(
     aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator]
 ) -> None:
-    # GIVEN a job longer than its MaxRuntimeInSeconds that ignores SIGTERM (from about 1 s in: the
-    # toolkit starts it; a SIGTERM before that would end it at once, with no SIGKILL needed)
+    # GIVEN a job longer than its MaxRuntimeInSeconds that ignores SIGTERM (from about 1 s in, several on
+    # a loaded machine: the toolkit starts it; a SIGTERM before that would end it at once, with no SIGKILL
+    # needed, so the limit leaves it time to start)
     put_images(aws["s3"], "data/train")
     emulator = make_emulator(grace_seconds=0.5)
     request = training_request(
         "job-runtime",
         HyperParameters={"epochs": "100", "step-seconds": "0.1", "ignore-sigterm": "true"},
-        StoppingCondition={"MaxRuntimeInSeconds": 3},
+        StoppingCondition={"MaxRuntimeInSeconds": 8},
     )
 
     # WHEN it runs
     emulator.create_training_job(**request)
-    job = wait_training(emulator, "job-runtime", timeout=30)
+    job = wait_training(emulator, "job-runtime", timeout=60)
 
     # THEN SageMaker's MaxRuntimeExceeded ends it Stopped
     assert job["TrainingJobStatus"] == "Stopped"
