@@ -66,8 +66,15 @@ def run_to_the_end(
         files = {f"{p.parent.name}/{p.name}": p.read_bytes() for p in written}
         count = len(written)
     # A few hundred images for a few epochs train a weak model: the quality bar is the gate's own tests'
-    # subject, here the path through the gate to the registry is.
-    parameters = {**DEMO_PARAMETERS, "MinNewImages": str(count), "MinAccuracy": "0.0"}
+    # subject, here the path through the gate to the registry is. So is the floor of training steps
+    # (MinTrainingSteps would make these small runs train 4-16 times as many steps): test_cli_demo.py and
+    # the training tests hold it.
+    parameters = {
+        **DEMO_PARAMETERS,
+        "MinNewImages": str(count),
+        "MinAccuracy": "0.0",
+        "MinTrainingSteps": "0",
+    }
     parameters.update(overrides or {})
     with EmbeddedStack(
         state_dir, parameter_overrides=parameters, faults=faults, spot=SpotSchedule(interruptions=1)
