@@ -41,21 +41,6 @@ def saving(training: int, billable: int) -> float:
     return round(1 - billable / training, 4) if training else 0.0
 
 
-def trial_names(tuning_job: str, *, sagemaker: SageMakerClient) -> list[str]:
-    """The tuning job's trials: ceil(trials / 100) list calls (MaxTuningJobs is at most 500)."""
-    found: list[str] = []
-    token: str | None = None
-    while True:
-        kwargs: dict[str, Any] = {"HyperParameterTuningJobName": tuning_job, "MaxResults": 100}
-        if token:
-            kwargs["NextToken"] = token
-        page = sagemaker.list_training_jobs_for_hyper_parameter_tuning_job(**kwargs)
-        found.extend(str(s["TrainingJobName"]) for s in page.get("TrainingJobSummaries", []))
-        token = page.get("NextToken")
-        if not token:
-            return found
-
-
 def count_untimed_trials(
     dataset: str,
     run_id: str,
@@ -76,7 +61,7 @@ def count_untimed_trials(
     if len(timed) >= launched:
         return 0
     added = 0
-    for name in trial_names(tuning_job, sagemaker=sagemaker):
+    for name in job_ended.trial_names(tuning_job, sagemaker=sagemaker):
         if name not in timed:
             description = dict(sagemaker.describe_training_job(TrainingJobName=name))
             added += job_ended.count_trial(dataset, run_id, description, config=config, dynamodb=dynamodb)

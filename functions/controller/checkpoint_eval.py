@@ -290,9 +290,7 @@ def on_job_done(
     event: EventBridgeEvent, *, config: Config, dynamodb: DynamoDBClient, s3: S3Client
 ) -> dict[str, Any]:
     detail = event.detail
-    tags = detail.get("Tags") or {}
-    if isinstance(tags, list):
-        tags = {t["Key"]: t["Value"] for t in tags}
+    tags = job_ended.event_tags(event)
     dataset, run_id = tags.get(names.TAG_DATASET), tags.get(names.TAG_RUN_ID)
     training_job = tags.get(names.TAG_TRAINING_JOB)
     if not dataset or not run_id or not training_job or names.TAG_CHECKPOINT_STEP not in tags:

@@ -114,10 +114,16 @@ def empty_checkpoints(prefix: str, *, config: Config, s3: S3Client) -> int:
     return emptied
 
 
-def _run_of(event: EventBridgeEvent) -> tuple[str | None, str | None]:
+def event_tags(event: EventBridgeEvent) -> dict[str, str]:
+    """A SageMaker state-change event's tags, as a map (the event holds one; a list is taken too)."""
     tags = event.detail.get("Tags") or {}
     if isinstance(tags, list):
-        tags = {t["Key"]: t["Value"] for t in tags}
+        return {str(t["Key"]): str(t["Value"]) for t in tags}
+    return {str(k): str(v) for k, v in tags.items()}
+
+
+def _run_of(event: EventBridgeEvent) -> tuple[str | None, str | None]:
+    tags = event_tags(event)
     return tags.get(names.TAG_DATASET), tags.get(names.TAG_RUN_ID)
 
 
@@ -146,15 +152,15 @@ def on_training_job_ended(
     return {"action": "ended", "job": name, "timed": timed, **freed}
 
 
-def trials_of(tuning_job: str, *, sagemaker: SageMakerClient) -> set[str]:
-    """The names of every training job the tuning job launched (MaxNumberOfTrainingJobs at most)."""
-    trials: set[str] = set()
+def trial_names(tuning_job: str, *, sagemaker: SageMakerClient) -> list[str]:
+    """The tuning job's trials: ceil(trials / 100) list calls (MaxTuningJobs is at most 500)."""
+    found: list[str] = []
     request: dict[str, Any] = {"HyperParameterTuningJobName": tuning_job, "MaxResults": TRIALS_PAGE}
     while True:
         page = sagemaker.list_training_jobs_for_hyper_parameter_tuning_job(**request)
-        trials.update(str(summary["TrainingJobName"]) for summary in page["TrainingJobSummaries"])
+        found.extend(str(s["TrainingJobName"]) for s in page.get("TrainingJobSummaries", []))
         if not page.get("NextToken"):
-            return trials
+            return found
         request["NextToken"] = page["NextToken"]
 
 
@@ -169,7 +175,7 @@ def on_tuning_job_ended(
     status = str(detail.get("HyperParameterTuningJobStatus", ""))
     if not dataset or not run_id or not name or status not in TERMINAL:
         return {"action": "ignored", "reason": "not an ended tuning job of a run"}
-    trials = trials_of(name, sagemaker=sagemaker)
+    trials = set(trial_names(name, sagemaker=sagemaker))
     prefix = names.checkpoint_prefix(dataset, run_id)
 
     def not_a_trials(key: str) -> bool:
