@@ -7,25 +7,16 @@ contract's, the same ones tuning's MetricDefinitions use.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from retrain_contract import container as contract
+from retrain_contract.container import MetricPoint, parse_metric_lines
+
+__all__ = ["JobCurves", "MetricPoint", "parse_metric_lines"]
 
 TRAINING_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 PROCESSING_LOG_GROUP = "/aws/sagemaker/ProcessingJobs"
-# The prefix contract.format_metric writes before the metric; the value itself uses the contract regexes.
-_POSITION = re.compile(r"(?:^|\s)epoch=(\d+) step=(\d+)\s")
-_METRIC_PATTERNS = {name: re.compile(contract.metric_regex(name)) for name in contract.METRICS}
-
-
-@dataclass(frozen=True)
-class MetricPoint:
-    epoch: int
-    step: int
-    value: float
 
 
 @dataclass
@@ -34,20 +25,6 @@ class JobCurves:
 
     job_name: str
     metrics: dict[str, list[MetricPoint]] = field(default_factory=dict)
-
-
-def parse_metric_lines(lines: Iterable[str]) -> dict[str, list[MetricPoint]]:
-    by_metric: dict[str, dict[int, MetricPoint]] = {}
-    for line in lines:
-        position = _POSITION.search(line)
-        if position is None:
-            continue
-        epoch, step = int(position.group(1)), int(position.group(2))
-        for name, pattern in _METRIC_PATTERNS.items():
-            match = pattern.search(line)
-            if match is not None:
-                by_metric.setdefault(name, {})[step] = MetricPoint(epoch, step, float(match.group(1)))
-    return {name: [points[s] for s in sorted(points)] for name, points in by_metric.items()}
 
 
 def log_lines(logs: Any, group: str, job_name: str) -> Iterator[str]:

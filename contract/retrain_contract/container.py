@@ -12,8 +12,9 @@ import json
 import logging
 import math
 import os
+import re
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict
@@ -135,6 +136,33 @@ OBJECTIVE_TYPE = "Maximize"
 
 def format_metric(name: str, value: float, *, epoch: int, step: int) -> str:
     return f"epoch={epoch} step={step} {name}: {value:.6f}"
+
+
+@dataclass(frozen=True)
+class MetricPoint:
+    epoch: int
+    step: int
+    value: float
+
+
+_POSITION = re.compile(r"(?:^|\s)epoch=(\d+) step=(\d+)\s")
+_METRIC_PATTERNS = {name: re.compile(metric_regex(name)) for name in METRICS}
+
+
+def parse_metric_lines(lines: Iterable[str]) -> dict[str, list[MetricPoint]]:
+    """Per metric, the points format_metric's lines hold, in step order; a step printed again (a spot
+    resume re-runs it) keeps its last value."""
+    by_metric: dict[str, dict[int, MetricPoint]] = {}
+    for line in lines:
+        position = _POSITION.search(line)
+        if position is None:
+            continue
+        epoch, step = int(position.group(1)), int(position.group(2))
+        for name, pattern in _METRIC_PATTERNS.items():
+            match = pattern.search(line)
+            if match is not None:
+                by_metric.setdefault(name, {})[step] = MetricPoint(epoch, step, float(match.group(1)))
+    return {name: [points[s] for s in sorted(points)] for name, points in by_metric.items()}
 
 
 @dataclass(frozen=True)
