@@ -14,6 +14,7 @@ runs the same stack as a background process for ``retrain local up|down``.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -45,6 +46,7 @@ from retrain.embedded.gatekeeper.gate import Gatekeeper, RequestRefusedError
 from retrain.embedded.gatekeeper.iam.actions import LOG_DELIVERY_ACTIONS, Access
 from retrain.embedded.gatekeeper.iam.evaluator import PolicyEvaluator
 from retrain.embedded.gatekeeper.iam.principals import Principals
+from retrain.embedded.mlflow_app import ENDPOINT_VARIABLE, MlflowApp
 from retrain.embedded.provisioning.build import DEFAULT_BUILD_ROOT, build_functions
 from retrain.embedded.provisioning.external import (
     ExternalCreators,
@@ -126,6 +128,7 @@ class EmbeddedStack:
         self._pollers: list[SqsPoller] = []
         self.degraded: list[str] = []
         self._scheduler: Scheduler | None = None
+        self.mlflow_app: MlflowApp | None = None
         self._session = boto3.session.Session(
             aws_access_key_id=LOCAL_KEY, aws_secret_access_key=LOCAL_KEY, region_name=REGION
         )
@@ -352,7 +355,9 @@ class EmbeddedStack:
         packaged = package(template, self.template.parent, s3)
         # moto's CloudFormation keeps AWS::NoValue as a null: leave those out first, as AWS does
         self.translated = without_no_value(translate(packaged, parameters, REGION), parameters, region=REGION)
-        creators = ExternalCreators(self.fsx, self.sagemaker, stack_name=self.stack_name)
+        creators = ExternalCreators(
+            self.fsx, self.sagemaker, stack_name=self.stack_name, mlflow_app=self._create_mlflow_app
+        )
         body, external = create_external(
             self.translated,
             creators.by_type(),
@@ -408,6 +413,26 @@ class EmbeddedStack:
         missing = unwired(body, self.wiring)
         if missing:
             raise EmbeddedStackError(f"the embedded runtime did not wire: {', '.join(missing)}")
+
+    def _create_mlflow_app(self, logical_id: str, props: dict[str, Any]) -> tuple[str, dict[str, str]]:
+        """The template's AWS::SageMaker::MlflowApp: a gated MLflow server whose store is the state
+        directory's (one app per stack; its id is the stack's, so its ARN survives restarts)."""
+        assert self.runtime is not None
+        if self.mlflow_app is not None:
+            raise EmbeddedStackError(f"{logical_id}: the embedded stack hosts one MLflow app per stack")
+        app_id = "app-" + hashlib.sha256(f"{self.stack_name}/{logical_id}".encode()).hexdigest()[:12]
+        arn = f"arn:aws:sagemaker:{REGION}:{ACCOUNT_ID}:mlflow-app/{app_id}"
+        role_arn = str(props["RoleArn"])
+        self.mlflow_app = MlflowApp(
+            name=str(props.get("Name") or app_id),
+            arn=arn,
+            artifact_store_uri=str(props["ArtifactStoreUri"]),
+            state_dir=self.state_dir,
+            gatekeeper=self.gatekeeper,
+            server_environment=lambda: self._role_environment(role_arn),
+        )
+        self.runtime.redirects[ENDPOINT_VARIABLE] = self.mlflow_app.start()
+        return arn, {"Arn": arn, "MlflowAppId": app_id}
 
     def _check_state_machine_logging(self, body: dict[str, Any], physical: dict[str, str]) -> None:
         """CreateStateMachine refuses a Logging configuration its role cannot deliver logs with."""
@@ -475,6 +500,8 @@ class EmbeddedStack:
             # ExitStack runs these last-pushed-first: server, patches, runtime, save, then the workers.
             steps.callback(self.gatekeeper.evaluator.close)
             steps.callback(self._stop_server)
+            if self.mlflow_app is not None:
+                steps.callback(self.mlflow_app.stop)
             steps.callback(self._exit.close)
             if self.runtime is not None:
                 steps.callback(self.runtime.close)

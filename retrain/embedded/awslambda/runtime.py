@@ -182,6 +182,8 @@ class LambdaRuntime:
         self._max = max_concurrency
         self._base = base_environment if base_environment is not None else _inherited_environment()
         self._credentials = credentials
+        # Endpoints of the stack's services that boto3's AWS_ENDPOINT_URL does not reach (an MLflow app)
+        self.redirects: dict[str, str] = {}
         self._idle: dict[str, list[_Worker]] = {}
         self._busy: dict[str, int] = {}
         self._cond = threading.Condition()
@@ -222,6 +224,7 @@ class LambdaRuntime:
             "AWS_EXECUTION_ENV": f"AWS_Lambda_{spec.runtime}",
             "LAMBDA_TASK_ROOT": str(spec.code_dir),
             "_HANDLER": spec.handler,
+            **self.redirects,
             **spec.environment,
         }
 

@@ -1,6 +1,7 @@
-"""The resources moto's CloudFormation cannot create (FSx file systems, model package groups): created in
-the embedded services first, their values substituted into the template before moto creates the rest,
-with the physical names moto will give the stack's resources predicted (and made deterministic)."""
+"""The resources moto's CloudFormation cannot create (FSx file systems, model package groups, MLflow
+apps): created in the embedded services first, their values substituted into the template before moto
+creates the rest, with the physical names moto will give the stack's resources predicted (and made
+deterministic)."""
 
 from __future__ import annotations
 
@@ -50,18 +51,29 @@ class ExternalCreators:
     service: FSx file systems and data repository associations, SageMaker model package groups. A
     resource found already (the state of an earlier run) is taken as it is."""
 
-    def __init__(self, fsx: FsxEmulator, sagemaker: Any, *, stack_name: str) -> None:
+    def __init__(
+        self,
+        fsx: FsxEmulator,
+        sagemaker: Any,
+        *,
+        stack_name: str,
+        mlflow_app: ExternalCreator | None = None,
+    ) -> None:
         self._fsx = fsx
         self._sagemaker = sagemaker
         self._stack_name = stack_name
+        self._mlflow_app = mlflow_app
 
     def by_type(self) -> dict[str, ExternalCreator]:
         """The creators for :func:`create_external`, by resource type."""
-        return {
+        creators: dict[str, ExternalCreator] = {
             "AWS::FSx::FileSystem": self.file_system,
             "AWS::SageMaker::ModelPackageGroup": self.model_package_group,
             "AWS::FSx::DataRepositoryAssociation": self.data_repository_association,
         }
+        if self._mlflow_app is not None:
+            creators["AWS::SageMaker::MlflowApp"] = self._mlflow_app
+        return creators
 
     def file_system(self, logical_id: str, props: dict[str, Any]) -> tuple[str, dict[str, str]]:
         existing = [
@@ -143,10 +155,11 @@ def create_external(
     )
     for logical_id, resource in list(out["Resources"].items()):
         kind = resource["Type"]
-        if kind in supported:
-            continue
+        # A resource whose Condition is false is not part of the stack, whoever would create it.
         if "Condition" in resource and not intrinsics.condition(resource["Condition"]):
             del out["Resources"][logical_id]
+            continue
+        if kind in supported:
             continue
         if kind in creators:
             intrinsics.values.update(values)
@@ -183,6 +196,7 @@ _NAME_PROPERTIES: Final = {
     "AWS::DynamoDB::Table": "TableName",
     "AWS::SQS::Queue": "QueueName",
     "AWS::SNS::Topic": "TopicName",
+    "AWS::IAM::Role": "RoleName",  # an MLflow app's RoleArn (the role's Path is not predicted)
 }
 
 
@@ -218,8 +232,14 @@ def predicted_values(
                 "AWS::DynamoDB::Table": "dynamodb",
                 "AWS::SQS::Queue": "sqs",
                 "AWS::SNS::Topic": "sns",
+                "AWS::IAM::Role": "iam",
             }[kind]
-            if kind == "AWS::S3::Bucket":
+            if kind == "AWS::IAM::Role":
+                if "Path" in resource.get("Properties", {}):
+                    continue
+                arn = f"arn:aws:iam::{ACCOUNT_ID}:role/{name}"
+                values[logical_id] = name
+            elif kind == "AWS::S3::Bucket":
                 arn = f"arn:aws:s3:::{name}"
                 values[logical_id] = name
             elif kind == "AWS::DynamoDB::Table":
