@@ -20,6 +20,7 @@ from botocore.config import Config
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_logs import CloudWatchLogsClient
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_sagemaker import SageMakerClient
     from mypy_boto3_sns import SNSClient
@@ -74,6 +75,10 @@ def _ledger_writer(where: _Where) -> Any:
 def ledger_writer() -> DynamoDBClient:
     """The DynamoDB client whose writes of a ledger row end within RECORD_PUT_BOUND_SECONDS."""
     return cast("DynamoDBClient", _ledger_writer(_where()))
+
+
+def logs() -> CloudWatchLogsClient:
+    return cast("CloudWatchLogsClient", _client("logs", _where()))
 
 
 def s3() -> S3Client:

@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 ENDED_WITHOUT_CATCH = ("ABORTED", "TIMED_OUT")  # no state of the flow ran: nothing was announced
 
 
-def _dataset(detail: dict[str, Any]) -> str:
+def dataset_of(detail: dict[str, Any]) -> str:
+    """The data set an execution's input names ("" when none: not a run's execution)."""
     try:
         document = json.loads(detail.get("input") or "{}")
     except (json.JSONDecodeError, TypeError):
@@ -54,7 +55,7 @@ def on_execution_end(
 ) -> dict[str, Any]:
     detail = event.detail
     status, run_id = str(detail.get("status", "")), str(detail.get("name", ""))
-    dataset = _dataset(detail)
+    dataset = dataset_of(detail)
     if not dataset or not names.DATASET_RE.fullmatch(dataset):
         return {"action": "ignored", "reason": "the execution input names no data set"}
     moment = now or datetime.now(UTC)

@@ -205,6 +205,8 @@ ENV_STUCK_RUN_SECONDS: Final = "STUCK_RUN_SECONDS"
 ENV_MIN_IMAGE_SIDE: Final = "MIN_IMAGE_SIDE"
 ENV_MAX_IMAGE_PIXELS: Final = "MAX_IMAGE_PIXELS"
 ENV_FAILURE_BACKOFF_SECONDS: Final = "FAILURE_BACKOFF_SECONDS"
+# Read by MLflow's client itself: the MLflow app's or tracking server's ARN (tracking.py).
+ENV_MLFLOW_TRACKING_URI: Final = "MLFLOW_TRACKING_URI"
 
 # --- CloudFormation outputs the CLI reads (template.yaml Outputs; a test compares) --------------
 STACK_OUTPUTS: Final = {
@@ -220,6 +222,7 @@ STACK_OUTPUTS: Final = {
     "sagemaker_role": "SageMakerRoleArn",
     "dashboard": "DashboardName",
     "model_package_group_prefix": "ModelPackageGroupPrefix",
+    "mlflow": "MlflowTrackingArn",  # only with MlflowTracking set
 }
 
 # --- Names of AWS resources a run creates, within each API's pattern and length ---------------------

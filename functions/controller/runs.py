@@ -112,6 +112,8 @@ class RunRecord(TypedDict, total=False):
     gate: Gate
     model_package_arn: str
     failure: Failure
+    mlflow_run_id: str  # the run's parent run in MLflow (tracking.py), written once
+    tracking_warnings: list[str]  # what MLflow tracking could not do (at most tracking.MAX_WARNINGS)
 
 
 _serializer = TypeSerializer()
@@ -229,6 +231,57 @@ def update_run(
         ExpressionAttributeNames={**attribute_names, "#sk": names.RUNS_SK},
         ExpressionAttributeValues=serialize(attribute_values),
     )
+
+
+def set_once(
+    dataset: str,
+    run_id: str,
+    field: str,
+    value: str,
+    *,
+    table_name: str,
+    client: DynamoDBClient | None = None,
+) -> bool:
+    """Set `field` of an existing record unless it is set already; whether this call set it."""
+    dynamodb = _client(client)
+    try:
+        dynamodb.update_item(
+            TableName=table_name,
+            Key=serialize({names.RUNS_PK: dataset, names.RUNS_SK: run_id}),
+            UpdateExpression="SET #f = :v",
+            ConditionExpression="attribute_exists(#sk) AND attribute_not_exists(#f)",
+            ExpressionAttributeNames={"#f": field, "#sk": names.RUNS_SK},
+            ExpressionAttributeValues=serialize({":v": value}),
+        )
+    except dynamodb.exceptions.ConditionalCheckFailedException:
+        return False
+    return True
+
+
+def add_warning(
+    dataset: str,
+    run_id: str,
+    field: str,
+    message: str,
+    *,
+    limit: int,
+    table_name: str,
+    client: DynamoDBClient | None = None,
+) -> bool:
+    """Append `message` to the list `field` of an existing record while it holds fewer than `limit`."""
+    dynamodb = _client(client)
+    try:
+        dynamodb.update_item(
+            TableName=table_name,
+            Key=serialize({names.RUNS_PK: dataset, names.RUNS_SK: run_id}),
+            UpdateExpression="SET #f = list_append(if_not_exists(#f, :empty), :new)",
+            ConditionExpression="attribute_exists(#sk) AND (attribute_not_exists(#f) OR size(#f) < :limit)",
+            ExpressionAttributeNames={"#f": field, "#sk": names.RUNS_SK},
+            ExpressionAttributeValues=serialize({":empty": [], ":new": [message], ":limit": limit}),
+        )
+    except dynamodb.exceptions.ConditionalCheckFailedException:
+        return False
+    return True
 
 
 def mark_failed(

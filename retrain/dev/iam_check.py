@@ -42,6 +42,9 @@ from retrain.embedded.gatekeeper.iam.evaluator import AuthzRequest, PolicyEvalua
 from retrain_contract import container
 
 UNKNOWN: Final = "*"  # a part of a request known only at run time
+# Parameters the template is checked with: every optional resource on (a stack-made MLflow app and the
+# tracking function), so their roles are checked too; the other values are the defaults.
+CHECKED_PARAMETERS: Final = {"MlflowTracking": "create"}
 # A name the code builds from an environment variable and a run-time value: <variable's value>*.
 NAME_PREFIXES: Final = {"ModelPackageGroupName": "MODEL_PACKAGE_GROUP_PREFIX"}
 
@@ -273,7 +276,10 @@ def sagemaker_role_findings(checker: Checker) -> list[Finding]:
     }
     data, artifacts = buckets.get("DataBucket"), buckets.get("ArtifactBucket")
     found: list[Finding] = []
+    app_roles = {str(template.resolve(r["Properties"]["RoleArn"])) for _, r in template.resources(MLFLOW_APP)}
     for role in template.roles.values():
+        if role.arn in app_roles:
+            continue
         trusted = json.dumps(
             template.resolve(
                 template.translated["Resources"][role.logical_id]["Properties"]["AssumeRolePolicyDocument"]
@@ -355,10 +361,72 @@ def _serving_accesses(
     return needed, pull
 
 
+# --- experiment tracking ---------------------------------------------------------------------------------
+MLFLOW_APP: Final = "AWS::SageMaker::MlflowApp"
+# The MLflow REST operations controller.tracking calls; a tracking server authorises each as
+# sagemaker-mlflow:<operation>, an MLflow app all of them as sagemaker:CallMlflowAppApi (Service
+# Authorization Reference: Amazon SageMaker with MLflow; Amazon SageMaker, resource type mlflow-app).
+MLFLOW_OPERATIONS: Final = (
+    "GetExperimentByName",
+    "CreateExperiment",
+    "CreateRun",
+    "DeleteRun",
+    "SearchRuns",
+    "LogBatch",
+    "UpdateRun",
+)
+
+
+def mlflow_findings(checker: Checker) -> list[Finding]:
+    """MLflow's client is no boto3 call the source reader sees: each function with MLFLOW_TRACKING_URI
+    must be allowed the REST API of that app or tracking server, and to write run artifacts to a stack-made
+    app's artifact store; each app's own role must read and write that store (the UI shows artifacts)."""
+    template = checker.template
+    found: list[Finding] = []
+    stores: list[str] = []
+    for logical_id, resource in template.resources(MLFLOW_APP):
+        props = template.resolve(copy.deepcopy(resource["Properties"]))
+        store = str(props["ArtifactStoreUri"]).removeprefix("s3://").rstrip("/")
+        stores.append(store)
+        artifact = f"arn:aws:s3:::{store}/1/run/artifacts/evaluation/challenger.json"
+        role = template.roles[str(props["RoleArn"])]
+        needed = [Access("s3:GetObject", artifact), Access("s3:PutObject", artifact)]
+        found += checker.check(
+            f"{logical_id} (role {role.logical_id})", role, needed, "the app's artifact store"
+        )
+    for logical_id, resource in template.resources("AWS::Lambda::Function"):
+        props = resource["Properties"]
+        environment = template.resolve(copy.deepcopy((props.get("Environment") or {}).get("Variables", {})))
+        uri = str(environment.get("MLFLOW_TRACKING_URI", ""))
+        if not uri:
+            continue
+        role = _role_of(template, resource)
+        if ":mlflow-app/" in uri:
+            needed = [Access("sagemaker:CallMlflowAppApi", uri)]
+        else:
+            needed = [Access(f"sagemaker-mlflow:{operation}", uri) for operation in MLFLOW_OPERATIONS]
+        needed += [
+            Access("s3:PutObject", f"arn:aws:s3:::{s}/1/run/artifacts/evaluation/challenger.json")
+            for s in stores
+        ]
+        found += checker.check(
+            f"{logical_id} (role {role.logical_id})", role, needed, "MLflow's client (tracking.py)"
+        )
+    return found
+
+
+def findings(checker: Checker) -> list[Finding]:
+    return (
+        lambda_findings(checker)
+        + state_machine_findings(checker)
+        + sagemaker_role_findings(checker)
+        + mlflow_findings(checker)
+    )
+
+
 def run(template_path: Path = REPO / "template.yaml") -> list[Finding]:
     with PolicyEvaluator(account=ACCOUNT_ID) as evaluator:
-        checker = Checker(load(template_path), evaluator)
-        return lambda_findings(checker) + state_machine_findings(checker) + sagemaker_role_findings(checker)
+        return findings(Checker(load(template_path, CHECKED_PARAMETERS), evaluator))
 
 
 def main(argv: list[str] | None = None) -> int:

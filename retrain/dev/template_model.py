@@ -99,12 +99,14 @@ def _stand_ins(
             "AWS::IAM::Role": f"arn:{partition}:iam::{ACCOUNT_ID}:role/{name}",
             "AWS::Logs::LogGroup": prefix.format("logs") + f"log-group:{name}:*",
             "AWS::Events::Rule": prefix.format("events") + f"rule/{name}",
+            "AWS::SageMaker::MlflowApp": prefix.format("sagemaker") + "mlflow-app/app-0123456789ab",
         }.get(kind, prefix.format("static") + name)
         values[logical_id] = {
             "AWS::S3::Bucket": name.lower(),
             "AWS::SQS::Queue": f"https://sqs.{region}.amazonaws.com/{ACCOUNT_ID}/{name}",
             "AWS::SNS::Topic": arn,
             "AWS::FSx::FileSystem": "fs-0123456789abcdef0",
+            "AWS::SageMaker::MlflowApp": arn,  # its Ref is its ARN
         }.get(kind, name)
         attributes.update(
             {
@@ -165,6 +167,8 @@ def load(
     for logical_id, resource in translated["Resources"].items():
         if resource["Type"] != "AWS::IAM::Role":
             continue
+        if "Condition" in resource and not intrinsics.condition(str(resource["Condition"])):
+            continue  # not part of the stack with these parameters
         props = intrinsics.resolve(copy.deepcopy(resource.get("Properties", {})))
         policies = [Policy(p["PolicyName"], p["PolicyDocument"]) for p in props.get("Policies", [])]
         policies += [

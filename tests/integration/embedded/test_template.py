@@ -17,7 +17,9 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_template_yaml_provisions_every_output_and_wires_every_runtime_resource(tmp_path: Path) -> None:
-    with EmbeddedStack(tmp_path, parameter_overrides={"QuietPeriodSeconds": "5"}) as stack:
+    # MlflowTracking=create: every resource and output of the template, the MLflow app's among them
+    overrides = {"QuietPeriodSeconds": "5", "MlflowTracking": "create"}
+    with EmbeddedStack(tmp_path, parameter_overrides=overrides) as stack:
         described = stack.client("cloudformation").describe_stacks(StackName=stack.stack_name)["Stacks"][0]
         outputs = {o["OutputKey"]: o["OutputValue"] for o in described["Outputs"]}
         assert stack.wiring is not None
@@ -38,5 +40,9 @@ def test_template_yaml_provisions_every_output_and_wires_every_runtime_resource(
         assert spec.code_dir.is_relative_to(stack.build_root)
         assert (spec.code_dir / "controller" / "ingest.py").is_file()
         assert (spec.code_dir / "aws_lambda_powertools").is_dir()
-        (layer,) = spec.layers
-        assert (layer / "python" / "retrain_contract" / "container.py").is_file()
+        assert (spec.layers[0] / "python" / "retrain_contract" / "container.py").is_file()
+        # MLflow's client is in the tracking function's second layer, and in no other function
+        mlflow = [layer for layer in spec.layers[1:] if (layer / "python" / "mlflow").is_dir()]
+        assert len(mlflow) == (spec.logical_id == "TrackingFunction"), spec.logical_id
+        assert not (spec.code_dir / "mlflow").exists()
+    assert outputs[names.STACK_OUTPUTS["mlflow"]].startswith("arn:aws:sagemaker:us-east-1:")

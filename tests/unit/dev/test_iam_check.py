@@ -25,7 +25,7 @@ def _copy(tmp_path: Path, old: str, new: str, *, asl: tuple[str, str] | None = N
     text = TEMPLATE.read_text()
     assert old in text, old
     (tmp_path / "template.yaml").write_text(text.replace(old, new))
-    for name in ("functions", "contract"):
+    for name in ("functions", "contract", "layers"):
         (tmp_path / name).symlink_to(REPO / name)
     machine = (REPO / "statemachine" / "training.asl.json").read_text()
     if asl is not None:
@@ -37,13 +37,8 @@ def _copy(tmp_path: Path, old: str, new: str, *, asl: tuple[str, str] | None = N
 
 
 def _findings(template: Path, evaluator: PolicyEvaluator) -> list[str]:
-    checker = iam_check.Checker(load(template), evaluator)
-    found = (
-        iam_check.lambda_findings(checker)
-        + iam_check.state_machine_findings(checker)
-        + iam_check.sagemaker_role_findings(checker)
-    )
-    return [str(f) for f in found]
+    checker = iam_check.Checker(load(template, iam_check.CHECKED_PARAMETERS), evaluator)
+    return [str(f) for f in iam_check.findings(checker)]
 
 
 def test_every_role_allows_what_its_code_and_state_machine_call(evaluator: PolicyEvaluator) -> None:
@@ -170,3 +165,29 @@ def test_a_sagemaker_role_that_cannot_pull_the_serving_image_is_found(
     assert any(
         "SageMaker endpoints" in f and "ecr:BatchGetImage" in f and "pytorch-inference" in f for f in found
     )
+
+
+def test_a_tracking_role_without_its_mlflow_app_or_the_artifact_store_is_found(
+    tmp_path: Path, evaluator: PolicyEvaluator
+) -> None:
+    # GIVEN the tracking function allowed only a tracking server's actions, and the MLflow app's role
+    # without the artifact store (MLflow's client is no boto3 call: the check knows what it needs)
+    template = _copy(
+        tmp_path,
+        "              Action: [sagemaker:CallMlflowAppApi, sagemaker-mlflow:*]\n",
+        "              Action: [sagemaker-mlflow:*]\n",
+    )
+    template.write_text(
+        template.read_text().replace(
+            "                Action: [s3:GetObject, s3:PutObject, s3:DeleteObject]\n",
+            "                Action: [s3:GetObject, s3:DeleteObject]\n",
+        )
+    )
+    found = _findings(template, evaluator)
+    # THEN both are named, with the app's ARN and the store's key
+    assert len(found) == 2, found
+    assert found[0].startswith(
+        "MlflowApp (role MlflowAppRole): s3:PutObject on arn:aws:s3:::retrain-artifactbucket/mlflow/"
+    )
+    assert found[1].startswith("TrackingFunction (role TrackingFunctionRole): sagemaker:CallMlflowAppApi on ")
+    assert ":mlflow-app/" in found[1]

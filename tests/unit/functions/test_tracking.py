@@ -1,0 +1,275 @@
+"""MLflow tracking of a run (controller.tracking), read back with MLflow's own client from a real store."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import boto3
+import pytest
+from aws_lambda_powertools.utilities.data_classes.event_bridge_event import EventBridgeEvent
+from mlflow import MlflowClient
+
+from controller import names, runs, tracking
+from retrain_contract import container
+
+DATASET, RUN = "flowers", "run-0001"
+PACKAGE = "arn:aws:sagemaker:us-east-1:123456789012:model-package/retrain-flowers/1"
+STARTED = datetime(2026, 11, 26, 10, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def mlflow_client(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> MlflowClient:
+    monkeypatch.chdir(tmp_path)  # the store's default artifact root (./mlruns) lands there
+    return MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+
+
+class _SageMaker:
+    """DescribeTrainingJob's answers for the run's jobs (moto's SageMaker keeps no metrics or times)."""
+
+    def __init__(self, jobs: dict[str, dict[str, Any]]) -> None:
+        self.jobs = jobs
+
+    def describe_training_job(self, TrainingJobName: str) -> dict[str, Any]:  # noqa: N803 - boto3's name
+        return self.jobs[TrainingJobName]
+
+
+def _job(name: str, *, trial: bool, accuracy: float, status: str = "Completed") -> dict[str, Any]:
+    return {
+        "TrainingJobName": name,
+        "TrainingJobStatus": status,
+        "HyperParameters": {"learning-rate": "0.001", "optimizer": "adamw", "_tuning_objective_metric": "x"},
+        "TuningJobArn": "arn:aws:sagemaker:us-east-1:123456789012:hyper-parameter-tuning-job/tune"
+        if trial
+        else None,
+        "TrainingStartTime": STARTED,
+        "TrainingEndTime": STARTED.replace(minute=10),
+        "TrainingTimeInSeconds": 600,
+        "BillableTimeInSeconds": 200,
+        "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1},
+        "FinalMetricDataList": [
+            {"MetricName": container.METRIC_TRAIN_LOSS, "Value": 0.2, "Timestamp": STARTED},
+            {"MetricName": container.METRIC_VAL_ACCURACY, "Value": accuracy, "Timestamp": STARTED},
+        ],
+    }
+
+
+def _log_job(logs: Any, job: str, accuracies: list[float]) -> None:
+    """The job's stdout as SageMaker logs it: train-loss every few steps, validation at each epoch end."""
+    group = tracking.TRAINING_LOG_GROUP
+    with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
+        logs.create_log_group(logGroupName=group)
+    stream = f"{job}/algo-1-1795000000"
+    logs.create_log_stream(logGroupName=group, logStreamName=stream)
+    lines: list[str] = []
+    for epoch, accuracy in enumerate(accuracies):
+        step = (epoch + 1) * 20
+        lines += [
+            container.format_metric(container.METRIC_TRAIN_LOSS, 1.0 / (s + 1), epoch=epoch, step=s)
+            for s in range(step - 20, step, 10)
+        ]
+        lines.append(container.format_metric(container.METRIC_VAL_ACCURACY, accuracy, epoch=epoch, step=step))
+        lines.append(container.format_metric(container.METRIC_VAL_LOSS, 1 - accuracy, epoch=epoch, step=step))
+    at = int(STARTED.timestamp() * 1000)
+    logs.put_log_events(
+        logGroupName=group,
+        logStreamName=stream,
+        logEvents=[{"timestamp": at + i, "message": line} for i, line in enumerate(lines)],
+    )
+
+
+def _job_ended(job: str, status: str = "Completed") -> EventBridgeEvent:
+    return EventBridgeEvent(
+        {
+            "source": "aws.sagemaker",
+            "detail-type": "SageMaker Training Job State Change",
+            "detail": {
+                "TrainingJobName": job,
+                "TrainingJobStatus": status,
+                "Tags": {names.TAG_DATASET: DATASET, names.TAG_RUN_ID: RUN},
+            },
+        }
+    )
+
+
+def _execution_ended(status: str = "SUCCEEDED") -> EventBridgeEvent:
+    return EventBridgeEvent(
+        {
+            "source": "aws.states",
+            "detail-type": "Step Functions Execution Status Change",
+            "detail": {
+                "name": RUN,
+                "status": status,
+                "executionArn": f"arn:aws:states:us-east-1:123456789012:execution:retrain-training:{RUN}",
+                "input": json.dumps({"dataset": DATASET}),
+                "stopDate": int(STARTED.replace(hour=11).timestamp() * 1000),
+            },
+        }
+    )
+
+
+def _finished_run(aws: Any) -> None:
+    report = f"s3://{aws.artifact_bucket}/runs/{DATASET}/{RUN}/evaluation/challenger/evaluation.json"
+    aws.s3.put_object(
+        Bucket=aws.artifact_bucket,
+        Key=report.split("/", 3)[3],
+        Body=json.dumps({"top1": 0.91, "per_class": {"rose": {"top1": 0.95}, "tulip": {"top1": 0.87}}}),
+    )
+    runs.put_run(
+        {
+            "dataset": DATASET,
+            "run_id": RUN,
+            "status": "SUCCEEDED",
+            "trigger": "upload",
+            "created_at": "2026-11-26T10:00:00.000000Z",
+            "manifest_uri": f"s3://{aws.artifact_bucket}/runs/{DATASET}/{RUN}/manifest.jsonl",
+            "manifest_size": 1200,
+            "new_images": 200,
+            "label_count": 2,
+            "started_from": {"kind": "champion", "uri": "s3://a/model.tar.gz", "model_package_arn": PACKAGE},
+            "gate": {"decision": "accepted", "reason": "top-1 0.910 beats the champion's 0.880"},
+            "challenger": {"top1": 0.91, "top3": 1.0, "report_uri": report},
+            "champion": {"top1": 0.88},
+            "rule_results": [{"rule": "LossNotDecreasing", "status": "NoIssuesFound"}],
+            "checkpoint_evaluations": [{"step": 20, "top1": 0.7}, {"step": 40, "top1": 0.85}],
+            "model_package_arn": PACKAGE.replace("/1", "/2"),
+        },
+        table_name=aws.runs_table,
+        client=aws.dynamodb,
+    )
+
+
+def _track_job(
+    event: EventBridgeEvent, aws: Any, config: Any, client: MlflowClient, jobs: Any
+) -> dict[str, Any]:
+    return tracking.on_training_job_ended(
+        event,
+        client=client,
+        config=config,
+        dynamodb=aws.dynamodb,
+        sagemaker=jobs,
+        logs=boto3.client("logs", region_name="us-east-1"),
+    )
+
+
+def _track_outcome(event: EventBridgeEvent, aws: Any, config: Any, client: MlflowClient) -> dict[str, Any]:
+    return tracking.on_execution_ended(event, client=client, config=config, dynamodb=aws.dynamodb, s3=aws.s3)
+
+
+def test_a_run_is_a_parent_with_a_child_per_training_job_and_its_outcome(aws, config, mlflow_client):
+    # GIVEN a finished run, two trials and a final job with their logs
+    _finished_run(aws)
+    logs = boto3.client("logs", region_name="us-east-1")
+    jobs = _SageMaker(
+        {
+            "tune-001": _job("tune-001", trial=True, accuracy=0.8),
+            "tune-002": _job("tune-002", trial=True, accuracy=0.9, status="Stopped"),
+            "final": _job("final", trial=False, accuracy=0.91),
+        }
+    )
+    _log_job(logs, "tune-001", [0.5, 0.7, 0.8])
+    _log_job(logs, "tune-002", [0.6, 0.9])
+    _log_job(logs, "final", [0.6, 0.85, 0.91])
+    # WHEN the jobs' end events come (one twice: EventBridge delivers at least once), then the execution's
+    for job in ("tune-001", "tune-002", "tune-001", "final"):
+        assert _track_job(_job_ended(job), aws, config, mlflow_client, jobs)["action"] == "tracked"
+    assert _track_outcome(_execution_ended(), aws, config, mlflow_client)["action"] == "tracked"
+    # THEN the data set's experiment holds one parent run, named by the run record
+    experiment = mlflow_client.get_experiment_by_name(f"retrain/{DATASET}")
+    assert experiment is not None
+    every = mlflow_client.search_runs([experiment.experiment_id])
+    record = runs.get_run(DATASET, RUN, table_name=aws.runs_table, client=aws.dynamodb)
+    assert record is not None and "tracking_warnings" not in record
+    parents = [r for r in every if tracking.TAG_PARENT not in r.data.tags]
+    assert [p.info.run_id for p in parents] == [record["mlflow_run_id"]]
+    parent = parents[0]
+    # AND a child per job, nested under it, with its role, hyperparameters and per-epoch history
+    children = {r.data.tags[tracking.TAG_JOB]: r for r in every if r.data.tags.get(tracking.TAG_PARENT)}
+    assert sorted(children) == ["final", "tune-001", "tune-002"]
+    assert {r.data.tags[tracking.TAG_PARENT] for r in children.values()} == {parent.info.run_id}
+    assert [children[j].data.tags[tracking.TAG_ROLE] for j in ("tune-001", "final")] == ["trial", "final"]
+    assert children["tune-001"].data.params == {"learning-rate": "0.001", "optimizer": "adamw"}
+    assert (children["tune-001"].info.status, children["tune-002"].info.status) == ("FINISHED", "KILLED")
+    history = mlflow_client.get_metric_history(
+        children["tune-001"].info.run_id, container.METRIC_VAL_ACCURACY
+    )
+    assert [(m.step, m.value) for m in history] == [(20, 0.5), (40, 0.7), (60, 0.8)]
+    # the train-loss lines are not read (epoch ends only); the job's last train-loss comes from SageMaker
+    loss = mlflow_client.get_metric_history(children["tune-001"].info.run_id, container.METRIC_TRAIN_LOSS)
+    assert [(m.step, m.value) for m in loss] == [(60, 0.2)]
+    assert children["final"].data.metrics["billable-seconds"] == 200
+    # AND the parent holds the lineage, the gate, the rules, the evaluation table and the package
+    assert parent.info.status == "FINISHED"
+    assert parent.data.params["started_from"] == "champion"
+    assert parent.data.params["started_from_model_package"] == PACKAGE
+    assert (parent.data.params["manifest_size"], parent.data.params["new_images"]) == ("1200", "200")
+    assert parent.data.tags["retrain.gate.decision"] == "accepted"
+    assert parent.data.tags["retrain.rule.LossNotDecreasing"] == "NoIssuesFound"
+    assert parent.data.tags[tracking.TAG_PACKAGE] == PACKAGE.replace("/1", "/2")
+    assert parent.data.metrics["challenger.top1"] == 0.91
+    curve = mlflow_client.get_metric_history(parent.info.run_id, "checkpoint.top1")
+    assert [(m.step, m.value) for m in curve] == [(20, 0.7), (40, 0.85)]
+    path = mlflow_client.download_artifacts(parent.info.run_id, tracking.EVALUATION_ARTIFACT)
+    with open(path) as handle:
+        assert json.load(handle)["per_class"]["tulip"] == {"top1": 0.87}
+
+
+def test_two_events_racing_for_the_parent_leave_one(aws, config, mlflow_client, monkeypatch):
+    # GIVEN a run, and a parent another event records while this one makes its own
+    _finished_run(aws)
+    real_set_once = runs.set_once
+    theirs: list[str] = []
+
+    def racing_set_once(*args: Any, **kwargs: Any) -> bool:
+        experiment = tracking.experiment_id(mlflow_client, DATASET)
+        theirs.append(mlflow_client.create_run(experiment, run_name="theirs").info.run_id)
+        assert real_set_once(
+            DATASET, RUN, "mlflow_run_id", theirs[0], table_name=aws.runs_table, client=aws.dynamodb
+        )
+        return real_set_once(*args, **kwargs)
+
+    monkeypatch.setattr(runs, "set_once", racing_set_once)
+    # WHEN this event asks for the parent
+    parent = tracking.parent_run(mlflow_client, DATASET, RUN, config=config, dynamodb=aws.dynamodb)
+    # THEN it takes the recorded one, and its own run is deleted
+    assert parent == theirs[0]
+    experiment = mlflow_client.get_experiment_by_name(f"retrain/{DATASET}")
+    assert [r.info.run_id for r in mlflow_client.search_runs([experiment.experiment_id])] == theirs
+
+
+def test_an_unreachable_tracker_is_a_warning_in_the_run_record_not_an_error(aws, config, monkeypatch):
+    # GIVEN a run and an MLflow endpoint nobody serves
+    _finished_run(aws)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "2")
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    client = MlflowClient(tracking_uri=f"http://127.0.0.1:{port}")
+    # WHEN the run's outcome is tracked, twelve times
+    results = [
+        _track_outcome(_execution_ended(), aws, config, client) for _ in range(tracking.MAX_WARNINGS + 2)
+    ]
+    # THEN nothing is raised; the record keeps the first warnings, naming what failed
+    assert {r["action"] for r in results} == {"warned"}
+    record = runs.get_run(DATASET, RUN, table_name=aws.runs_table, client=aws.dynamodb)
+    assert record is not None
+    warnings = record["tracking_warnings"]
+    assert len(warnings) == tracking.MAX_WARNINGS
+    assert warnings[0].startswith("MLflow tracking of the run's outcome failed: ")
+
+
+def test_the_tracking_rules_match_a_runs_ended_jobs_and_executions():
+    from retrain.dev.template_model import REPO, load_template
+
+    template = load_template(REPO / "template.yaml")
+    events = template["Resources"]["TrackingFunction"]["Properties"]["Events"]
+    jobs = events["TrainingJobsEnded"]["Properties"]["Pattern"]
+    executions = events["ExecutionsEnded"]["Properties"]["Pattern"]
+    assert jobs["detail"]["TrainingJobStatus"] == sorted(tracking.JOB_STATUS)
+    assert sorted(executions["detail"]["status"]) == sorted(tracking.EXECUTION_STATUS)
+    assert jobs["detail"]["Tags"] == {names.TAG_RUN_ID: [{"exists": True}]}
