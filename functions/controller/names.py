@@ -205,6 +205,8 @@ ENV_STUCK_RUN_SECONDS: Final = "STUCK_RUN_SECONDS"
 ENV_MIN_IMAGE_SIDE: Final = "MIN_IMAGE_SIDE"
 ENV_MAX_IMAGE_PIXELS: Final = "MAX_IMAGE_PIXELS"
 ENV_FAILURE_BACKOFF_SECONDS: Final = "FAILURE_BACKOFF_SECONDS"
+# The run record's field set once the tracking of a run's end is done (tracked, or warned about).
+RUN_TRACKING_DONE_AT: Final = "tracking_done_at"
 # Read by MLflow's client itself: the MLflow app's or tracking server's ARN (tracking.py).
 ENV_MLFLOW_TRACKING_URI: Final = "MLFLOW_TRACKING_URI"
 

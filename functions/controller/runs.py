@@ -114,6 +114,7 @@ class RunRecord(TypedDict, total=False):
     failure: Failure
     mlflow_run_id: str  # the run's parent run in MLflow (tracking.py), written once
     tracking_warnings: list[str]  # what MLflow tracking could not do (at most tracking.MAX_WARNINGS)
+    tracking_done_at: str  # names.RUN_TRACKING_DONE_AT: the run's end is tracked (or warned about)
 
 
 _serializer = TypeSerializer()

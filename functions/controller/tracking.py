@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from aws_lambda_powertools.utilities.data_classes.event_bridge_event import EventBridgeEvent
@@ -382,6 +382,14 @@ def on_execution_ended(
             client.log_dict(parent, table, EVALUATION_ARTIFACT)
         client.set_terminated(parent, status=EXECUTION_STATUS[status], end_time=ended)
         result.update(action="tracked", mlflow_run_id=parent)
+    # done, tracked or warned: what a caller that reads the run's tracking waits for (the demo)
+    runs.update_run(
+        dataset,
+        run_id,
+        {names.RUN_TRACKING_DONE_AT: datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")},
+        table_name=config.runs_table,
+        client=dynamodb,
+    )
     return result
 
 

@@ -182,6 +182,7 @@ def test_a_run_is_a_parent_with_a_child_per_training_job_and_its_outcome(aws, co
     every = mlflow_client.search_runs([experiment.experiment_id])
     record = runs.get_run(DATASET, RUN, table_name=aws.runs_table, client=aws.dynamodb)
     assert record is not None and "tracking_warnings" not in record
+    assert names.RUN_TRACKING_DONE_AT in record  # what the demo waits for before it stops the stack
     parents = [r for r in every if tracking.TAG_PARENT not in r.data.tags]
     assert [p.info.run_id for p in parents] == [record["mlflow_run_id"]]
     parent = parents[0]
@@ -258,6 +259,7 @@ def test_an_unreachable_tracker_is_a_warning_in_the_run_record_not_an_error(aws,
     assert {r["action"] for r in results} == {"warned"}
     record = runs.get_run(DATASET, RUN, table_name=aws.runs_table, client=aws.dynamodb)
     assert record is not None
+    assert names.RUN_TRACKING_DONE_AT in record  # done, with warnings: nobody waits for it in vain
     warnings = record["tracking_warnings"]
     assert len(warnings) == tracking.MAX_WARNINGS
     assert warnings[0].startswith("MLflow tracking of the run's outcome failed: ")
