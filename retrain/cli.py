@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import signal
+import time
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
@@ -22,7 +24,7 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from controller import names, runs
-from retrain import local, pretrained, timing
+from retrain import local, mlflow_ui, pretrained, timing
 from retrain.collect import collect, find_run, runs_table
 from retrain.demo import (
     DEMO_BATCHES,
@@ -166,9 +168,19 @@ def _report(deployment: Deployment, record: runs.RunRecord, *, upload_keys: set[
     """The facts of a run that ended, with its report written (and on AWS published)."""
     out_dir = _report_dir(record["run_id"])
     facts = collect(deployment, record, out_dir=out_dir, upload_keys=upload_keys)
-    write_report(facts, out_dir)
+    _write_and_track(deployment, facts, out_dir)
     facts.report = _publish_report(deployment, record, out_dir)
     return facts
+
+
+def _write_and_track(deployment: Deployment, facts: RunFacts, out_dir: Path) -> Path:
+    """The report, also as artifacts of the run's MLflow run (what fails is a warning in the report)."""
+    path = write_report(facts, out_dir)
+    warning = mlflow_ui.log_report(deployment, facts.mlflow_run_id, out_dir)
+    if warning:
+        facts.tracking_warnings.append(warning)
+        path = write_report(facts, out_dir)
+    return path
 
 
 def _finish(
@@ -256,6 +268,11 @@ def demo(  # noqa: PLR0913
                     if r.get("execution_arn")
                 }
                 console.print(timing_table(ran.phases, phases))
+                if ran.deployment.outputs.get(names.STACK_OUTPUTS["mlflow"]):
+                    console.print(
+                        f"Every run, trial and model is in MLflow (experiment retrain/{dataset}): "
+                        "open it with `retrain ui`."
+                    )
 
 
 @app.command()
@@ -460,7 +477,7 @@ def report(
         record = find_run(deployment, run_id, dataset)
         out_dir = _report_dir(record["run_id"])
         facts = collect(deployment, record, out_dir=out_dir)
-        path = write_report(facts, out_dir)
+        path = _write_and_track(deployment, facts, out_dir)
         facts.report = _publish_report(deployment, record, out_dir)
     where = facts.report if facts.report == str(path) else f"{facts.report} (and {path})"
     typer.echo(json.dumps(summary(facts)) if json_output else f"report: {where}")
@@ -518,6 +535,36 @@ def predictions_table(arn: str, endpoint: str, answers: list[Answer], top_k: int
         cells = [f"{p['label']} {p['probability']:.3f}" for p in answer.predictions[:top_k]]
         table.add_row(str(answer.image), *cells)
     return table
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+@app.command()
+def ui(
+    port: Annotated[int, typer.Option("--port", help="Embedded stack: the local port to serve on.")] = 5000,
+    stack: StackOption = None,
+    state_dir: StateDirOption = local.DEFAULT_STATE_DIR,
+) -> None:
+    """Open MLflow, where every run, trial and model is tracked (one experiment per data set)."""
+    if stack:
+        deployment = connect(stack)
+        url = mlflow_ui.presigned_url(deployment.client("sagemaker"), mlflow_ui.tracking_arn(deployment))
+        typer.echo(
+            f"MLflow (SageMaker): {url}\n(the link works once, within 5 minutes: run `retrain ui` again)"
+        )
+        return
+    # SIGTERM ends the server as Ctrl-C does (the read-only stack and MLflow's process stop with it).
+    signal.signal(signal.SIGTERM, _interrupt)
+    with (
+        _deployment(None, state_dir, read_only=True) as deployment,
+        mlflow_ui.local_ui(deployment, state_dir, port) as url,
+    ):
+        typer.echo(f"MLflow UI: {url} (experiments retrain/<dataset>; Ctrl-C stops it)")
+        with contextlib.suppress(KeyboardInterrupt):
+            while True:
+                time.sleep(3600)
 
 
 @local_app.command("up")

@@ -290,6 +290,8 @@ def collect(
         class_counts={label: dict(c) for label, c in counts.get("class_counts", {}).items()},
         excluded_labels=dict(counts.get("excluded_labels") or record.get("excluded_labels", {})),
         started_from={k: str(v) for k, v in record.get("started_from", {}).items()},
+        mlflow_run_id=str(record.get("mlflow_run_id", "")),
+        tracking_warnings=[str(w) for w in record.get("tracking_warnings", [])],
         unreadable=[
             Rejected(str(item["key"]), str(item["reason"]), "unreadable")
             for item in record.get("unreadable_images", [])

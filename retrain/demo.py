@@ -67,6 +67,9 @@ DEMO_PARAMETERS = {
     "MinNewImages": "1",
     "QuietPeriodSeconds": "15",
     "MaxWaitSeconds": "1800",
+    # Every run, trial and model in MLflow: the stack's own MLflow app, its store in the state directory
+    # (`retrain ui` opens it).
+    "MlflowTracking": "create",
 }
 # `--images DIR` (and `retrain local up`): the user's photos get the stack's architecture, start and
 # fine-tuning recipe (ImageNet EfficientNet-Lite0, its BatchNorm statistics kept, MinTrainingSteps), at 128
@@ -260,7 +263,31 @@ def _run_wave(
         deployment, record, console=console, live=console.is_terminal, timeout_seconds=timeout_seconds
     )
     clock.lap(RUN_PHASE + record["run_id"])
+    record = wait_until_tracked(deployment, record)
+    clock.lap("track the run in MLflow")
     return record, set(keys)
+
+
+TRACKING_WAIT_SECONDS = 120
+
+
+def wait_until_tracked(
+    deployment: Deployment, record: runs.RunRecord, timeout_seconds: float = TRACKING_WAIT_SECONDS
+) -> runs.RunRecord:
+    """The run's record once its end is tracked in MLflow (the tracking function sets
+    names.RUN_TRACKING_DONE_AT on the execution's end event, a moment after the run ends), so that the
+    demo's stack does not stop before; as it is after `timeout_seconds`, or when the stack tracks nothing."""
+    if not deployment.outputs.get(names.STACK_OUTPUTS["mlflow"]):
+        return record
+    table = deployment.output(names.STACK_OUTPUTS["runs_table"])
+    deadline = time.monotonic() + timeout_seconds
+    while names.RUN_TRACKING_DONE_AT not in record and time.monotonic() < deadline:
+        time.sleep(1)
+        found = runs.get_run(
+            record["dataset"], record["run_id"], table_name=table, client=deployment.client("dynamodb")
+        )
+        record = found if found is not None else record
+    return record
 
 
 MAX_REASONS = 20  # refused uploads the demo's error lists (`retrain status` lists them all)

@@ -27,6 +27,9 @@ class Deployment:
     session: boto3.session.Session
     endpoint_url: str | None = None
     clients: dict[str, Any] = field(default_factory=dict, repr=False)  # service -> client; injectable
+    # The embedded stack's MLflow app (sagemaker-mlflow's SAGEMAKER_MLFLOW_CUSTOM_ENDPOINT); on AWS the
+    # plugin finds the app's endpoint from its ARN.
+    mlflow_endpoint: str | None = None
 
     @property
     def local(self) -> bool:

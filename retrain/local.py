@@ -49,8 +49,10 @@ def _guidance(module: Any) -> Iterator[None]:
         raise EmbeddedRuntimeError(str(error)) from None
 
 
-def connect_local(endpoint_url: str, stack_name: str) -> Deployment:
-    return connect(stack_name, endpoint_url=endpoint_url, session=local_session())
+def connect_local(endpoint_url: str, stack_name: str, mlflow_endpoint: str | None = None) -> Deployment:
+    deployment = connect(stack_name, endpoint_url=endpoint_url, session=local_session())
+    deployment.mlflow_endpoint = mlflow_endpoint
+    return deployment
 
 
 @contextlib.contextmanager
@@ -77,7 +79,10 @@ def foreground(
         # A read-only command may read the tables alone: the buckets fill on its first S3 request.
         endpoint = stack.start(read_only=read_only)
     try:
-        yield connect_local(str(endpoint), str(stack.stack_name))
+        app = getattr(stack, "mlflow_app", None)
+        yield connect_local(
+            str(endpoint), str(stack.stack_name), app.endpoint_url if app is not None else None
+        )
     except BaseException:
         _stop_quietly(stack, state_dir, save=not read_only)
         raise
@@ -107,7 +112,9 @@ def background(state_dir: Path = DEFAULT_STATE_DIR) -> Deployment | None:
     if found is None:
         return None
     endpoint, stack_name = found
-    return connect_local(str(endpoint), str(stack_name))
+    published = state_dir / "mlflow" / "endpoint.url"  # mlflow_app.ENDPOINT_FILE, while the app serves
+    mlflow = published.read_text(encoding="utf-8").strip() if published.exists() else None
+    return connect_local(str(endpoint), str(stack_name), mlflow)
 
 
 def has_state(state_dir: Path = DEFAULT_STATE_DIR) -> bool:

@@ -20,6 +20,7 @@ SUMMARY_KEYS = (
     "evaluation",
     "gate",
     "model_package",
+    "mlflow",
     "report",
 )
 
@@ -52,6 +53,7 @@ def summary(facts: RunFacts) -> dict[str, Any]:
         },
         "gate": {"passed": facts.gate_passed, "reason": facts.gate_reason},
         "model_package": facts.model_package or None,
+        "mlflow": {"run_id": facts.mlflow_run_id or None, "warnings": facts.tracking_warnings},
         "report": facts.report or None,
     }
 

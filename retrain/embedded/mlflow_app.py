@@ -44,6 +44,7 @@ LOG = logging.getLogger(__name__)
 CALL_ACTION: Final = "sagemaker:CallMlflowAppApi"
 ENDPOINT_VARIABLE: Final = "SAGEMAKER_MLFLOW_CUSTOM_ENDPOINT"  # sagemaker-mlflow's endpoint override
 START_TIMEOUT_S: Final = 90.0
+ENDPOINT_FILE: Final = "endpoint.url"  # the gated endpoint's URL, under <state>/mlflow/ while it serves
 _HOP_HEADERS: Final = frozenset(
     {"connection", "transfer-encoding", "keep-alive", "content-length", "server", "date"}
 )
@@ -100,6 +101,9 @@ class MlflowApp:
                 target=self._front.serve_forever, daemon=True, name=f"mlflow-app-{self.name}"
             ).start()
             self.endpoint_url = f"http://127.0.0.1:{port}"
+            # for the CLI of a background stack (retrain.local.background), as server.json is
+            (self.state_dir / "mlflow").mkdir(parents=True, exist_ok=True)
+            (self.state_dir / "mlflow" / ENDPOINT_FILE).write_text(self.endpoint_url, encoding="utf-8")
         return self.endpoint_url
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
@@ -186,6 +190,7 @@ class MlflowApp:
         if self._front is not None:
             self._front.shutdown()
             self._front = None
+            (self.state_dir / "mlflow" / ENDPOINT_FILE).unlink(missing_ok=True)
         with self._lock:
             if self._process is not None and self._process.poll() is None:
                 self._process.terminate()

@@ -136,6 +136,21 @@ def _header(facts: RunFacts) -> list[str]:
     return lines
 
 
+def _tracking(facts: RunFacts) -> list[str]:
+    """Where the run is in MLflow (`retrain ui`), and what its tracking could not do."""
+    if not facts.mlflow_run_id and not facts.tracking_warnings:
+        return []
+    lines = ["## Experiment tracking", ""]
+    if facts.mlflow_run_id:
+        lines += [
+            f"MLflow run `{facts.mlflow_run_id}` in experiment `retrain/{facts.dataset}`, a child run per "
+            "training job (`retrain ui` opens it).",
+            "",
+        ]
+    lines += [f"- **Warning:** {w}" for w in facts.tracking_warnings]
+    return [*lines, ""] if facts.tracking_warnings else lines
+
+
 def _tuning(facts: RunFacts, out_dir: Path) -> list[str]:
     """The tuning job, every trial with the hyperparameters that varied, their chart and the best values."""
     lines = ["## Tuning", ""]
@@ -344,6 +359,7 @@ def write_report(facts: RunFacts, out_dir: Path) -> Path:
         *_costs(facts),
         *_time(facts),
         *_utilisation(facts, out_dir),
+        *_tracking(facts),
     ]
     path = out_dir / REPORT_FILE
     path.write_text("\n".join(lines), encoding="utf-8")

@@ -94,6 +94,9 @@ class RunFacts:
     gate_passed: bool | None = None
     gate_reason: str = ""
     model_package: str = ""
+    # experiment tracking: the run's parent run in MLflow (experiment retrain/<dataset>), what failed
+    mlflow_run_id: str = ""
+    tracking_warnings: list[str] = field(default_factory=list)
     curves: dict[str, dict[str, list[MetricPoint]]] = field(default_factory=dict)
     profile_dir: Path | None = None
     report: str = ""

@@ -9,9 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from mlflow import MlflowClient
 
+from controller import tracking
 from retrain.demo import PHOTO_PARAMETERS
 from retrain.demo_data import write_mistakes, write_photos
+from retrain.embedded.mlflow_app import store_uri
 from retrain.summary import SUMMARY_KEYS
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -68,6 +71,27 @@ def test_demo_runs_the_whole_flow_and_prints_the_summary(tmp_path):
     report = tmp_path / summary["report"]
     assert report.is_file()
     assert (report.parent / "loss_curves.png").read_bytes()[:8] == PNG_MAGIC
+    # AND the run is in MLflow: its parent run, whose artifacts hold the report and its charts, a child per
+    # trial, read with MLflow's client from the state directory's store; nothing was left untracked
+    assert summary["mlflow"]["warnings"] == []
+    _the_run_and_its_report_are_in_mlflow(tmp_path / "state", summary)
+
+
+def _the_run_and_its_report_are_in_mlflow(state: Path, summary: dict) -> None:  # type: ignore[type-arg]
+    client = MlflowClient(tracking_uri=store_uri(state))
+    parent = client.get_run(summary["mlflow"]["run_id"])
+    assert parent.data.tags[tracking.TAG_RUN] == summary["run_id"]
+    assert parent.data.params["started_from"] == "imagenet"
+    children = client.search_runs(
+        [parent.info.experiment_id], filter_string=f"tags.`{tracking.TAG_PARENT}` = '{parent.info.run_id}'"
+    )
+    assert len(children) == int(PHOTO_PARAMETERS["MaxTuningJobs"])
+    # the artifacts live in the stack's S3 (the app's artifact store), saved with the state directory
+    bucket = parent.info.artifact_uri.removeprefix("s3://").split("/", 1)[0]
+    prefix = parent.info.artifact_uri.removeprefix(f"s3://{bucket}/")
+    index = json.loads((state / "snapshot" / "s3" / bucket / "index.json").read_text(encoding="utf-8"))
+    logged = {e["Key"].removeprefix(prefix + "/") for e in index if e["Key"].startswith(prefix + "/")}
+    assert {"report/report.md", "report/loss_curves.png", tracking.EVALUATION_ARTIFACT} <= logged
 
 
 def test_a_demo_of_files_the_control_plane_refuses_all_ends_at_once_with_their_reasons(tmp_path):

@@ -194,3 +194,21 @@ def test_a_catalogues_report_lists_its_weakest_classes_and_most_frequent_confusi
     assert f"The {REPORT_CLASS_ROWS} classes of lowest recall, of 300" in text
     assert "| c299 |" in text and "| c000 |" not in text
     assert "| c299 | c001 | 2 |" in text and "no confusion matrix recorded" in text
+
+
+def test_the_report_and_summary_say_where_the_run_is_in_mlflow_and_what_tracking_missed(facts, tmp_path):
+    import dataclasses
+
+    # GIVEN the run's parent run in MLflow, and a job's tracking that failed
+    warning = "MLflow tracking of training job tune-002 failed: MlflowException: 503 Service Unavailable"
+    tracked = dataclasses.replace(facts, mlflow_run_id="0a1b2c", tracking_warnings=[warning])
+    # WHEN the report and the JSON summary are made
+    text = write_report(tracked, tmp_path).read_text()
+    document = summary(tracked)
+    # THEN both name the MLflow run and the warning
+    section = text.split("## Experiment tracking", 1)[1]
+    assert "MLflow run `0a1b2c` in experiment `retrain/" in section
+    assert f"- **Warning:** {warning}" in section
+    assert document["mlflow"] == {"run_id": "0a1b2c", "warnings": [warning]}
+    # AND a run that was not tracked has no such section
+    assert "## Experiment tracking" not in write_report(facts, tmp_path / "untracked").read_text()
