@@ -16,16 +16,19 @@ import io
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+from mlflow import MlflowClient
 from PIL import Image
 
-from controller import names, runs
+from controller import names, runs, tracking
 from retrain import demo_data, predict
 from retrain.collect import read_json_object
 from retrain.demo import DEMO_PARAMETERS
 from retrain.embedded.faults import Faults
+from retrain.embedded.mlflow_app import store_uri
 from retrain.embedded.sagemaker import INTERRUPTIONS_FIELD
 from retrain.local import connect_local
 from retrain_contract import container as contract
@@ -124,6 +127,7 @@ def test_an_upload_alone_runs_the_whole_flow_and_a_later_run_warm_starts_after_a
             ModelPackageName=later.record["model_package_arn"]
         )
         checkpoints_left = _checkpoints_once_the_end_events_are_handled(later)
+        tracked = _tracked_in_mlflow(later)
         assert later.stack.gatekeeper.denied() == []
 
     assert later.record["status"] == "SUCCEEDED", later.record.get("failure") or later.record.get("gate")
@@ -158,6 +162,66 @@ def test_an_upload_alone_runs_the_whole_flow_and_a_later_run_warm_starts_after_a
     assert later.record["model_data"] == final["ModelArtifacts"]["S3ModelArtifacts"]
     # The trials' checkpoints were dropped once their tuning job had ended, the final job's once it had.
     assert checkpoints_left == []
+    _every_run_trial_and_model_is_in_mlflow(tracked, first, later)
+
+
+def _tracked_in_mlflow(finished: Finished, wait_seconds: float = 120.0) -> dict[str, Any]:
+    """The data set's MLflow experiment as MLflow's client reads the stack's store, once the run's parent
+    has ended (the execution's end event reaches the tracking function a little after the run ends)."""
+    client = MlflowClient(tracking_uri=store_uri(finished.stack.state_dir))
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        experiment = client.get_experiment_by_name(tracking.experiment_name(DATASET))
+        every = client.search_runs([experiment.experiment_id]) if experiment is not None else []
+        parents = {
+            r.data.tags.get(tracking.TAG_RUN): r for r in every if tracking.TAG_PARENT not in r.data.tags
+        }
+        parent = parents.get(finished.record["run_id"])
+        if (parent is not None and parent.info.status != "RUNNING") or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    children: dict[str, list[Any]] = {}
+    for run in every:
+        if tracking.TAG_PARENT in run.data.tags:
+            children.setdefault(run.data.tags[tracking.TAG_PARENT], []).append(run)
+    histories = {
+        run.data.tags[tracking.TAG_JOB]: client.get_metric_history(
+            run.info.run_id, contract.METRIC_VAL_ACCURACY
+        )
+        for runs_of in children.values()
+        for run in runs_of
+    }
+    return {"parents": parents, "children": children, "histories": histories}
+
+
+def _every_run_trial_and_model_is_in_mlflow(
+    tracked: dict[str, Any], first: runs.RunRecord, later: Finished
+) -> None:
+    # One parent per run (the first run's outlived its stack), each named by its run record.
+    parents = tracked["parents"]
+    assert set(parents) == {first["run_id"], later.record["run_id"]}
+    parent = parents[later.record["run_id"]]
+    assert parent.info.run_id == later.record["mlflow_run_id"]
+    assert "tracking_warnings" not in later.record
+    # The parent holds the run's lineage, its gate's decision and the model package it registered.
+    assert parent.info.status == "FINISHED"
+    assert parent.data.params["started_from"] == "champion"
+    assert parent.data.params["started_from_uri"] == first["model_data"]
+    assert parent.data.params["manifest_size"] == str(later.record["manifest_size"])
+    assert parent.data.params["new_images"] == str(LATER_IMAGES + NEW_LABEL_IMAGES)
+    assert parent.data.tags["retrain.gate.decision"] == "accepted"
+    assert parent.data.tags[tracking.TAG_PACKAGE] == later.record["model_package_arn"]
+    assert parent.data.metrics["challenger.top1"] == later.record["challenger"]["top1"]
+    # A child per trial and one for the final job, each with its hyperparameters and per-epoch history.
+    children = {c.data.tags[tracking.TAG_JOB]: c for c in tracked["children"][parent.info.run_id]}
+    roles = sorted(c.data.tags[tracking.TAG_ROLE] for c in children.values())
+    assert roles == ["final", "trial", "trial"]
+    final = children[later.record["final_training_job"]]
+    assert final.data.params["lr"] == later.record["best_hyperparameters"]["lr"]
+    assert all(len(tracked["histories"][job]) == int(QUICK["Epochs"]) for job in children)
+    assert children[later.record["best_training_job"]].data.metrics[
+        contract.METRIC_VAL_ACCURACY
+    ] == pytest.approx(later.record["best_objective"])
 
 
 def _the_champion_deploys_and_answers_what_evaluate_scores(happy: Finished, folder: Path) -> None:
