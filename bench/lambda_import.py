@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -47,29 +48,54 @@ class _Loader(yaml.SafeLoader):
     """Reads CloudFormation short-form tags (!Ref, !Sub, ...) as plain values."""
 
 
-_Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
+def _tag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
+    """!Ref NAME as {"Ref": NAME} (a function's Layers), any other short form as None."""
+    if suffix == "Ref" and isinstance(node, yaml.ScalarNode):
+        return {"Ref": loader.construct_scalar(node)}
+    return None
+
+
+_Loader.add_multi_constructor("!", _tag)
 
 
 def handler_modules(template: Path = TEMPLATE) -> list[str]:
     """The module of every function's Handler in the template, in template order."""
+    return list(handler_layers(template))
+
+
+def handler_layers(template: Path = TEMPLATE) -> dict[str, list[Path]]:
+    """Each handler module and the requirements files of the layers its function adds to the package
+    (a layer built from requirements.txt, as MlflowLayer; the contract layer is the source tree's)."""
     document = yaml.load(template.read_text(encoding="utf-8"), Loader=_Loader)
-    modules = []
-    for resource in document["Resources"].values():
-        if resource.get("Type") == "AWS::Serverless::Function":
-            modules.append(resource["Properties"]["Handler"].rsplit(".", 1)[0])
+    resources = document["Resources"]
+    modules: dict[str, list[Path]] = {}
+    for resource in resources.values():
+        if resource.get("Type") != "AWS::Serverless::Function":
+            continue
+        layers = []
+        for layer in resource["Properties"].get("Layers") or []:
+            source = resources.get((layer or {}).get("Ref", ""), {}).get("Properties", {}).get("ContentUri")
+            if source and (ROOT / source / "requirements.txt").is_file():
+                layers.append(ROOT / source / "requirements.txt")
+        modules[resource["Properties"]["Handler"].rsplit(".", 1)[0]] = layers
     return modules
 
 
 def lambda_package(requirements: Path = REQUIREMENTS) -> Path:
-    """functions/requirements.txt installed for this interpreter, as `sam build` puts it in the package."""
+    """`requirements` installed for this interpreter, as `sam build` puts it in a package or a layer."""
     digest = hashlib.sha256(requirements.read_bytes()).hexdigest()[:16]
-    target = PACKAGE_ROOT / digest
+    target = PACKAGE_ROOT / f"{requirements.parent.name}-{digest}"
     if not (target / ".complete").exists():
-        shutil.rmtree(PACKAGE_ROOT, ignore_errors=True)
+        for stale in PACKAGE_ROOT.glob(f"{requirements.parent.name}-*"):
+            shutil.rmtree(stale, ignore_errors=True)
         pip = [sys.executable, "-m", "pip", "install", "-qq", "--disable-pip-version-check"]
         subprocess.run([*pip, "-r", str(requirements), "--target", str(target)], check=True)
         (target / ".complete").touch()
     return target
+
+
+def size_mb(folder: Path) -> float:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 1e6
 
 
 def lambda_environment(template: Path = TEMPLATE) -> dict[str, str]:
@@ -81,7 +107,9 @@ def lambda_environment(template: Path = TEMPLATE) -> dict[str, str]:
     env = {key: str(value) for key, value in variables.items() if isinstance(value, str | int)}
     task_root = ROOT / "functions"
     env.update(
-        PYTHONPATH=os.pathsep.join([str(task_root), str(lambda_package())]),
+        # the code, what requirements.txt installs, then the contract layer (its source: it has no
+        # requirements), as Lambda orders /var/task before /opt/python
+        PYTHONPATH=os.pathsep.join([str(task_root), str(lambda_package()), str(ROOT / "contract")]),
         PATH=os.environ.get("PATH", ""),
         AWS_DEFAULT_REGION="us-east-1",
         AWS_REGION="us-east-1",
@@ -91,6 +119,15 @@ def lambda_environment(template: Path = TEMPLATE) -> dict[str, str]:
         AWS_LAMBDA_FUNCTION_MEMORY_SIZE=str(function.get("MemorySize", 128)),
     )
     return env
+
+
+def with_layers(env: dict[str, str], layers: list[Path]) -> dict[str, str]:
+    """The environment of a function with these layers: their packages after the function's own (Lambda
+    puts /opt/python after /var/task)."""
+    if not layers:
+        return env
+    paths = [env["PYTHONPATH"], *(str(lambda_package(layer)) for layer in layers)]
+    return {**env, "PYTHONPATH": os.pathsep.join(paths)}
 
 
 def time_import(module: str, env: dict[str, str]) -> float:
@@ -111,20 +148,32 @@ def main() -> int:
     args = parser.parse_args()
 
     env = lambda_environment()
-    modules = [BASELINE, *dict.fromkeys(handler_modules())]
+    layers = {BASELINE: [], **handler_layers()}
+    modules = list(layers)
+    environments = {module: with_layers(env, layers[module]) for module in modules}
+    package = size_mb(lambda_package())
+    sizes = {
+        module: package + sum(size_mb(lambda_package(layer)) for layer in layers[module])
+        for module in modules
+    }
     samples: dict[str, list[float]] = {module: [] for module in modules}
     load_before = os.getloadavg()[0]
     for _ in range(args.rounds):
         for module in modules:
-            samples[module].append(time_import(module, env))
+            samples[module].append(time_import(module, environments[module]))
     load_after = os.getloadavg()[0]
 
     baseline = statistics.median(samples[BASELINE])
-    rows = ["| module | median ms | vs `import boto3` | within 300 ms |", "| --- | ---: | ---: | --- |"]
+    rows = [
+        "| module | median ms | vs `import boto3` | within 300 ms | package + layers MB (limit 250) |",
+        "| --- | ---: | ---: | --- | ---: |",
+    ]
     for module in modules:
         median = statistics.median(samples[module])
         within = "yes" if median <= TARGET_MS else "no"
-        rows.append(f"| `{module}` | {median:.0f} | {median / baseline:.2f}x | {within} |")
+        rows.append(
+            f"| `{module}` | {median:.0f} | {median / baseline:.2f}x | {within} | {sizes[module]:.1f} |"
+        )
     section = "\n".join(
         [
             f"## Lambda cold import ({results.when()})",
@@ -133,8 +182,9 @@ def main() -> int:
             f"Each figure: median of {args.rounds} fresh interpreters, modules interleaved per round;",
             "the template's Globals environment (Powertools settings, tracing on as deployed) and Lambda's",
             "reserved variables (LAMBDA_TASK_ROOT, ...); on sys.path the handlers and",
-            "functions/requirements.txt installed alone (build/lambda-bench/), `python -S`: what the",
-            "deployment package holds.",
+            "functions/requirements.txt installed alone (build/lambda-bench/), and a function's layers'",
+            "requirements after it, `python -S`: what the deployment package and its layers hold.",
+            "Size: the installed package and layers, unzipped (Lambda's limit: 250 MB).",
             "Target: <= 300 ms per handler.",
             "",
             *rows,
