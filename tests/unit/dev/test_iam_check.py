@@ -9,6 +9,7 @@ import pytest
 
 from retrain.dev import iam_check
 from retrain.dev.template_model import REPO, load
+from retrain.embedded.gatekeeper.iam.actions import Access
 from retrain.embedded.gatekeeper.iam.evaluator import PolicyEvaluator
 
 TEMPLATE = REPO / "template.yaml"
@@ -191,3 +192,19 @@ def test_a_tracking_role_without_its_mlflow_app_or_the_artifact_store_is_found(
     )
     assert found[1].startswith("TrackingFunction (role TrackingFunctionRole): sagemaker:CallMlflowAppApi on ")
     assert ":mlflow-app/" in found[1]
+
+
+def test_a_stack_tracking_in_an_existing_tracking_server_allows_its_mlflow_calls(
+    evaluator: PolicyEvaluator,
+) -> None:
+    # GIVEN the template deployed with the ARN of a tracking server the team already has
+    server = "arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/team-mlflow"
+    checker = iam_check.Checker(load(TEMPLATE, {"MlflowTracking": server}), evaluator)
+    # THEN the tracking function may call each MLflow operation it uses on that server (sagemaker-mlflow:*)
+    assert [str(f) for f in iam_check.findings(checker)] == []
+    # AND the check does ask for them: a role without the statement is found
+    role = checker.template.roles[next(r for r in checker.template.roles if "TrackingFunctionRole" in r)]
+    needed = [Access(f"sagemaker-mlflow:{op}", server) for op in iam_check.MLFLOW_OPERATIONS]
+    assert checker.check("TrackingFunction", role, needed, "tracking.py") == []
+    other = checker.template.roles[next(r for r in checker.template.roles if "IngestFunctionRole" in r)]
+    assert len(checker.check("IngestFunction", other, needed, "tracking.py")) == len(needed)
