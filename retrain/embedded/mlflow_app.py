@@ -231,6 +231,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request (retrain ui's terminal)
     serve(args.store, args.artifact_root, args.port)
 
 
