@@ -11,9 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +20,6 @@ from retrain.deployment import Deployment
 from retrain.embedded import mlflow_app
 from retrain.errors import RetrainError
 
-START_TIMEOUT_S = 90.0
 REPORT_ARTIFACTS = "report"  # the parent run's folder of report.md and its charts
 
 
@@ -64,42 +60,18 @@ def local_ui(deployment: Deployment, state_dir: Path, port: int) -> Iterator[str
     if credentials is None:
         raise RetrainError("no AWS credentials to read the runs' artifacts with")
     environment = {
-        **os.environ,
         "AWS_ENDPOINT_URL": str(deployment.endpoint_url),
         "AWS_ACCESS_KEY_ID": credentials.access_key,
         "AWS_SECRET_ACCESS_KEY": credentials.secret_key,
         "AWS_DEFAULT_REGION": deployment.session.region_name or "us-east-1",
     }
     bucket = deployment.output(names.STACK_OUTPUTS["artifact_bucket"])
-    command = [
-        sys.executable,
-        "-m",
-        mlflow_app.__name__,
-        "--store",
-        mlflow_app.store_uri(state_dir),
-        "--artifact-root",
-        f"s3://{bucket}/mlflow",
-        "--port",
-        str(port),
-    ]
-    process = subprocess.Popen(command, env=environment)
-    url = f"http://127.0.0.1:{port}"
+    process = mlflow_app.start_server(state_dir, f"s3://{bucket}/mlflow", port, environment=environment)
     try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            if process.poll() is not None:
-                raise RetrainError(
-                    f"MLflow's server exited ({process.returncode}); is port {port} free? (--port)"
-                )
-            try:
-                urllib.request.urlopen(f"{url}/health", timeout=2).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RetrainError(
-                        f"MLflow's server did not answer on {url} within {START_TIMEOUT_S:.0f} s"
-                    ) from None
-                time.sleep(0.3)
+        try:
+            url = mlflow_app.wait_until_serving(process, port)
+        except RuntimeError as error:
+            raise RetrainError(f"{error}; is port {port} free? (--port)") from None
         yield url
     finally:
         process.terminate()

@@ -154,37 +154,18 @@ class MlflowApp:
                 return f"http://127.0.0.1:{self.server_port}"
             (self.state_dir / "mlflow").mkdir(parents=True, exist_ok=True)
             self.server_port = _free_port()
-            log = (self.state_dir / "mlflow" / "server.log").open("ab")
-            self._process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    __name__,
-                    "--store",
-                    store_uri(self.state_dir),
-                    "--artifact-root",
+            with (self.state_dir / "mlflow" / "server.log").open("ab") as log:
+                self._process = start_server(
+                    self.state_dir,
                     self.artifact_store_uri,
-                    "--port",
-                    str(self.server_port),
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, **self._server_environment()},
-            )
-            log.close()
-            base = f"http://127.0.0.1:{self.server_port}"
-            deadline = time.monotonic() + START_TIMEOUT_S
-            while time.monotonic() < deadline:
-                if self._process.poll() is not None:
-                    raise RuntimeError(
-                        f"MLflow's server exited ({self._process.returncode}): see "
-                        f"{self.state_dir / 'mlflow' / 'server.log'}"
-                    )
-                with contextlib.suppress(OSError):
-                    urllib.request.urlopen(f"{base}/health", timeout=2).close()
-                    return base
-                time.sleep(0.2)
-            raise RuntimeError(f"MLflow's server did not answer within {START_TIMEOUT_S:.0f} s")
+                    self.server_port,
+                    environment=self._server_environment(),
+                    output=log,
+                )
+            try:
+                return wait_until_serving(self._process, self.server_port)
+            except RuntimeError as error:
+                raise RuntimeError(f"{error}: see {self.state_dir / 'mlflow' / 'server.log'}") from None
 
     def stop(self) -> None:
         if self._front is not None:
@@ -199,6 +180,37 @@ class MlflowApp:
                 except subprocess.TimeoutExpired:
                     self._process.kill()
             self._process = None
+
+
+def start_server(
+    state_dir: Path, artifact_root: str, port: int, *, environment: dict[str, str], output: Any = None
+) -> subprocess.Popen[bytes]:
+    """MLflow's server on the state directory's store, in a process of its own (:func:`serve`), with AWS
+    access from `environment` for the artifacts in S3."""
+    command = [sys.executable, "-m", __name__, "--store", store_uri(state_dir)]
+    command += ["--artifact-root", artifact_root, "--port", str(port)]
+    return subprocess.Popen(
+        command,
+        stdout=output,
+        stderr=subprocess.STDOUT if output is not None else None,
+        env={**os.environ, **environment},
+    )
+
+
+def wait_until_serving(
+    process: subprocess.Popen[bytes], port: int, timeout_s: float = START_TIMEOUT_S
+) -> str:
+    """The server's base URL once it answers /health; RuntimeError if it exits or stays silent."""
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"MLflow's server exited ({process.returncode})")
+        with contextlib.suppress(OSError):
+            urllib.request.urlopen(f"{base}/health", timeout=2).close()
+            return base
+        time.sleep(0.2)
+    raise RuntimeError(f"MLflow's server did not answer on {base} within {timeout_s:.0f} s")
 
 
 def _refuse(start_response: StartResponse, status: int, code: str, message: str) -> list[bytes]:
