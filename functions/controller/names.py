@@ -207,8 +207,14 @@ ENV_MAX_IMAGE_PIXELS: Final = "MAX_IMAGE_PIXELS"
 ENV_FAILURE_BACKOFF_SECONDS: Final = "FAILURE_BACKOFF_SECONDS"
 # The run record's field set once the tracking of a run's end is done (tracked, or warned about).
 RUN_TRACKING_DONE_AT: Final = "tracking_done_at"
-# Read by MLflow's client itself: the MLflow app's or tracking server's ARN (tracking.py).
+# Read by MLflow's client itself: the MLflow app's or tracking server's ARN (tracking.py), and how long
+# it tries a request (template.yaml's TrackingFunction sets them within the function's timeout).
 ENV_MLFLOW_TRACKING_URI: Final = "MLFLOW_TRACKING_URI"
+ENV_MLFLOW_HTTP_REQUEST_MAX_RETRIES: Final = "MLFLOW_HTTP_REQUEST_MAX_RETRIES"
+ENV_MLFLOW_HTTP_REQUEST_TIMEOUT: Final = "MLFLOW_HTTP_REQUEST_TIMEOUT"
+ENV_MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR: Final = "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"
+ENV_MLFLOW_DISABLE_TELEMETRY: Final = "MLFLOW_DISABLE_TELEMETRY"
+ENV_MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT: Final = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"
 
 # --- CloudFormation outputs the CLI reads (template.yaml Outputs; a test compares) --------------
 STACK_OUTPUTS: Final = {

@@ -374,6 +374,7 @@ MLFLOW_OPERATIONS: Final = (
     "SearchRuns",
     "LogBatch",
     "UpdateRun",
+    "GetRun",  # set_terminated and log_dict read the run
 )
 
 

@@ -175,8 +175,8 @@ def test_a_tracking_role_without_its_mlflow_app_or_the_artifact_store_is_found(
     # without the artifact store (MLflow's client is no boto3 call: the check knows what it needs)
     template = _copy(
         tmp_path,
-        "              Action: [sagemaker:CallMlflowAppApi, sagemaker-mlflow:*]\n",
-        "              Action: [sagemaker-mlflow:*]\n",
+        "                - sagemaker:CallMlflowAppApi\n",
+        "",
     )
     template.write_text(
         template.read_text().replace(
