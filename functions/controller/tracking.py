@@ -21,6 +21,7 @@ server's URL. Tracking never fails a run: whatever goes wrong is a warning in th
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
@@ -56,6 +57,7 @@ MAX_METRICS: Final = 1000
 MAX_PARAMS: Final = 100
 MAX_TAGS: Final = 100
 MAX_PARAM_CHARS: Final = 6000
+MAX_KEY_CHARS: Final = 250  # MLflow's limit on a param, metric or tag key
 MAX_STREAMS: Final = 100  # FilterLogEvents' logStreamNames
 MAX_WARNINGS: Final = 10  # a run record keeps its first warnings; the function's log has all
 JOB_STATUS: Final = {"Completed": "FINISHED", "Failed": "FAILED", "Stopped": "KILLED"}
@@ -80,6 +82,9 @@ def experiment_name(dataset: str) -> str:
 
 
 def _millis(value: Any) -> int | None:
+    """Epoch milliseconds of a datetime (boto3), an ISO 8601 string (records) or a number (events)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return int(value)
     if isinstance(value, datetime):
         return int(value.timestamp() * 1000)
     if isinstance(value, str) and value:
@@ -204,15 +209,21 @@ def log_training_job(
     """A child run of `parent` for one ended training job (none if the job already has one)."""
     name = str(job["TrainingJobName"])
     existing = client.search_runs([experiment], filter_string=f"tags.`{TAG_JOB}` = '{name}'", max_results=1)
-    if existing:
+    if existing and existing[0].info.status != "RUNNING":
         return str(existing[0].info.run_id)
     role = "trial" if job.get("TuningJobArn") else "final"
-    child = client.create_run(
-        experiment,
-        start_time=_millis(job.get("TrainingStartTime") or job.get("CreationTime")),
-        tags={TAG_PARENT: parent, TAG_JOB: name, TAG_ROLE: role},
-        run_name=name,
-    ).info.run_id
+    # A child left RUNNING (an earlier event's logging failed part way) is logged again and ended: the
+    # values are the same, so MLflow takes them again.
+    child = (
+        existing[0].info.run_id
+        if existing
+        else client.create_run(
+            experiment,
+            start_time=_millis(job.get("TrainingStartTime") or job.get("CreationTime")),
+            tags={TAG_PARENT: parent, TAG_JOB: name, TAG_ROLE: role},
+            run_name=name,
+        ).info.run_id
+    )
     last_step = max((m.step for m in history), default=0)
     ended = _millis(job.get("TrainingEndTime") or job.get("LastModifiedTime")) or int(time.time() * 1000)
     seen = {m.key for m in history}
@@ -306,7 +317,7 @@ def outcome_tags(record: Mapping[str, Any]) -> dict[str, Any]:
         "retrain.rules_blocked": record.get("rules_blocked"),
     }
     for result in record.get("rule_results") or []:
-        tags[f"retrain.rule.{result['rule']}"] = result.get("status")
+        tags[f"retrain.rule.{result['rule']}"[:MAX_KEY_CHARS]] = result.get("status")
     return tags
 
 
@@ -360,6 +371,8 @@ def on_execution_ended(
     dataset = dataset_of(event.detail)
     if not names.DATASET_RE.fullmatch(dataset) or status not in EXECUTION_STATUS:
         return {"action": "ignored", "reason": "not an ended execution of a run"}
+    if runs.get_run(dataset, run_id, table_name=config.runs_table, client=dynamodb) is None:
+        return {"action": "ignored", "reason": "the execution made no run (its input was refused)"}
     with _Warned(dataset, run_id, "the run's outcome", config=config, dynamodb=dynamodb) as result:
         parent = parent_run(client, dataset, run_id, config=config, dynamodb=dynamodb)
         record: Mapping[str, Any] = (
@@ -370,16 +383,26 @@ def on_execution_ended(
             or _millis(record.get("finished_at"))
             or int(time.time() * 1000)
         )
-        log_batch(
-            client,
-            parent,
-            metrics=outcome_metrics(record, ended),
-            params=lineage(record),
-            tags={**outcome_tags(record), "retrain.execution_arn": event.detail.get("executionArn")},
-        )
-        table = evaluation_table(s3, record)
-        if table is not None:
-            client.log_dict(parent, table, EVALUATION_ARTIFACT)
+        try:
+            log_batch(
+                client,
+                parent,
+                metrics=outcome_metrics(record, ended),
+                params=lineage(record),
+                tags={
+                    **outcome_tags(record),
+                    # the event's word: an execution stopped or timed out may end before its record does
+                    "retrain.execution_status": status,
+                    "retrain.execution_arn": event.detail.get("executionArn"),
+                },
+            )
+            table = evaluation_table(s3, record)
+            if table is not None:
+                client.log_dict(parent, table, EVALUATION_ARTIFACT)
+        except Exception:  # the parent ends all the same; the warning says what was not logged
+            with contextlib.suppress(Exception):
+                client.set_terminated(parent, status=EXECUTION_STATUS[status], end_time=ended)
+            raise
         client.set_terminated(parent, status=EXECUTION_STATUS[status], end_time=ended)
         result.update(action="tracked", mlflow_run_id=parent)
     # done, tracked or warned: what a caller that reads the run's tracking waits for (the demo)

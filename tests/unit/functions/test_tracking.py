@@ -275,3 +275,55 @@ def test_the_tracking_rules_match_a_runs_ended_jobs_and_executions():
     assert jobs["detail"]["TrainingJobStatus"] == sorted(tracking.JOB_STATUS)
     assert sorted(executions["detail"]["status"]) == sorted(tracking.EXECUTION_STATUS)
     assert jobs["detail"]["Tags"] == {names.TAG_RUN_ID: [{"exists": True}]}
+
+
+def test_the_parent_ends_at_the_executions_stop_even_when_part_of_the_outcome_fails(
+    aws, config, mlflow_client
+):
+    # GIVEN a finished run whose evaluation table is gone from S3
+    _finished_run(aws)
+    record = runs.get_run(DATASET, RUN, table_name=aws.runs_table, client=aws.dynamodb)
+    assert record is not None
+    bucket, key = record["challenger"]["report_uri"].removeprefix("s3://").split("/", 1)
+    aws.s3.delete_object(Bucket=bucket, Key=key)
+    # WHEN the execution's end is tracked (its stopDate is epoch milliseconds, as Step Functions sends)
+    event = _execution_ended()
+    result = _track_outcome(event, aws, config, mlflow_client)
+    # THEN the missing table is a warning, and the parent ended all the same, at the execution's stop
+    assert result["action"] == "warned" and "evaluation" in result["warning"]
+    record = runs.get_run(DATASET, RUN, table_name=aws.runs_table, client=aws.dynamodb)
+    assert record is not None
+    parent = mlflow_client.get_run(record["mlflow_run_id"])
+    assert parent.info.status == "FINISHED"
+    assert parent.info.end_time == event.detail["stopDate"]
+    assert parent.data.tags["retrain.execution_status"] == "SUCCEEDED"
+
+
+def test_a_child_left_running_by_a_failed_event_is_completed_by_the_next(aws, config, mlflow_client):
+    # GIVEN a trial whose first end event made its child run and failed before logging into it
+    _finished_run(aws)
+    logs = boto3.client("logs", region_name="us-east-1")
+    _log_job(logs, "tune-001", [0.5, 0.7])
+    jobs = _SageMaker({"tune-001": _job("tune-001", trial=True, accuracy=0.7)})
+    parent = tracking.parent_run(mlflow_client, DATASET, RUN, config=config, dynamodb=aws.dynamodb)
+    experiment = tracking.experiment_id(mlflow_client, DATASET)
+    left = mlflow_client.create_run(
+        experiment, tags={tracking.TAG_PARENT: parent, tracking.TAG_JOB: "tune-001"}, run_name="tune-001"
+    ).info.run_id
+    # WHEN the event comes again (EventBridge delivers at least once)
+    result = _track_job(_job_ended("tune-001"), aws, config, mlflow_client, jobs)
+    # THEN that child is logged and ended, and no second one is made
+    assert result["mlflow_run_id"] == left
+    child = mlflow_client.get_run(left)
+    assert child.info.status == "FINISHED" and child.data.params["optimizer"] == "adamw"
+    found = mlflow_client.search_runs([experiment], filter_string=f"tags.`{tracking.TAG_JOB}` = 'tune-001'")
+    assert [r.info.run_id for r in found] == [left]
+
+
+def test_an_execution_that_made_no_run_is_ignored(aws, config, mlflow_client):
+    # GIVEN no run record (a manual start whose input Prepare refused ends FAILED without one)
+    # WHEN its end is tracked
+    result = _track_outcome(_execution_ended("FAILED"), aws, config, mlflow_client)
+    # THEN nothing is made or recorded, and nothing fails
+    assert result["action"] == "ignored"
+    assert mlflow_client.get_experiment_by_name(f"retrain/{DATASET}") is None
