@@ -234,6 +234,33 @@ def update_run(
     )
 
 
+def _update_if(
+    dataset: str,
+    run_id: str,
+    field: str,
+    *,
+    update: str,
+    condition: str,
+    values: Mapping[str, Any],
+    table_name: str,
+    client: DynamoDBClient | None,
+) -> bool:
+    """One UpdateItem of `field` (#f) of an existing record under `condition`; whether it was made."""
+    dynamodb = _client(client)
+    try:
+        dynamodb.update_item(
+            TableName=table_name,
+            Key=serialize({names.RUNS_PK: dataset, names.RUNS_SK: run_id}),
+            UpdateExpression=update,
+            ConditionExpression=f"attribute_exists(#sk) AND {condition}",
+            ExpressionAttributeNames={"#f": field, "#sk": names.RUNS_SK},
+            ExpressionAttributeValues=serialize(values),
+        )
+    except dynamodb.exceptions.ConditionalCheckFailedException:
+        return False
+    return True
+
+
 def set_once(
     dataset: str,
     run_id: str,
@@ -244,19 +271,16 @@ def set_once(
     client: DynamoDBClient | None = None,
 ) -> bool:
     """Set `field` of an existing record unless it is set already; whether this call set it."""
-    dynamodb = _client(client)
-    try:
-        dynamodb.update_item(
-            TableName=table_name,
-            Key=serialize({names.RUNS_PK: dataset, names.RUNS_SK: run_id}),
-            UpdateExpression="SET #f = :v",
-            ConditionExpression="attribute_exists(#sk) AND attribute_not_exists(#f)",
-            ExpressionAttributeNames={"#f": field, "#sk": names.RUNS_SK},
-            ExpressionAttributeValues=serialize({":v": value}),
-        )
-    except dynamodb.exceptions.ConditionalCheckFailedException:
-        return False
-    return True
+    return _update_if(
+        dataset,
+        run_id,
+        field,
+        update="SET #f = :v",
+        condition="attribute_not_exists(#f)",
+        values={":v": value},
+        table_name=table_name,
+        client=client,
+    )
 
 
 def add_warning(
@@ -270,19 +294,16 @@ def add_warning(
     client: DynamoDBClient | None = None,
 ) -> bool:
     """Append `message` to the list `field` of an existing record while it holds fewer than `limit`."""
-    dynamodb = _client(client)
-    try:
-        dynamodb.update_item(
-            TableName=table_name,
-            Key=serialize({names.RUNS_PK: dataset, names.RUNS_SK: run_id}),
-            UpdateExpression="SET #f = list_append(if_not_exists(#f, :empty), :new)",
-            ConditionExpression="attribute_exists(#sk) AND (attribute_not_exists(#f) OR size(#f) < :limit)",
-            ExpressionAttributeNames={"#f": field, "#sk": names.RUNS_SK},
-            ExpressionAttributeValues=serialize({":empty": [], ":new": [message], ":limit": limit}),
-        )
-    except dynamodb.exceptions.ConditionalCheckFailedException:
-        return False
-    return True
+    return _update_if(
+        dataset,
+        run_id,
+        field,
+        update="SET #f = list_append(if_not_exists(#f, :empty), :new)",
+        condition="(attribute_not_exists(#f) OR size(#f) < :limit)",
+        values={":empty": [], ":new": [message], ":limit": limit},
+        table_name=table_name,
+        client=client,
+    )
 
 
 def mark_failed(
