@@ -15,10 +15,10 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any, TypedDict
 
-from retrain_contract import container
+from retrain_contract import container, rules
 
-TENSOR_RULES = ("VanishingGradient", "ExplodingTensor", "LossNotDecreasing", "Overfit")
-PROFILER_RULES = ("CPUBottleneck", "LowGPUUtilization", "StepOutlier", "IOBottleneck")
+TENSOR_RULES = rules.TENSOR_RULES
+PROFILER_RULES = rules.SYSTEM_RULES
 COLLECTIONS = ("losses", "gradients", "weights")  # what training_image/debugger.py saves in open mode
 DEFAULT_SAVE_INTERVAL = int(str(container.HYPERPARAMETER_DEFAULTS[container.HP_DEBUG_INTERVAL]))
 DEFAULT_PROFILING_INTERVAL_MS = int(str(container.HYPERPARAMETER_DEFAULTS[container.HP_PROFILE_INTERVAL_MS]))

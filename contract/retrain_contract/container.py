@@ -66,6 +66,9 @@ CONFUSION_PAIRS_MAX = 1000
 RULE_RESULTS_FILE = "rule_results.json"
 TENSORS_DIRNAME = "tensors"  # Debugger tensors, under SM_OUTPUT_DATA_DIR (shipped in output.tar.gz)
 PROFILE_DIRNAME = "profile"  # system profile JSON lines, beside the tensors
+# What the rules need to know of the job besides its tensors, beside them: {"labels", "train_images",
+# "validation_images"} (a validation split of 7 images moves its mean loss by 0.1 when one image turns).
+TRAINING_FACTS_FILE = "training_facts.json"
 
 # Manifest channel: JSON lines, one object per sample; a path may repeat to boost a class.
 MANIFEST_FILE = "manifest.jsonl"
@@ -225,6 +228,13 @@ HP_DEBUG_HOOK = "debug-hook"
 HP_DEBUG_INTERVAL = "debug-interval"
 HP_PROFILE_INTERVAL_MS = "profile-interval-ms"
 HP_INJECT_LOADER_DELAY_MS = "inject-loader-delay-ms"
+HP_INJECT_FAULT = "inject-fault"
+# Training faults a job can plant in itself, for the rules to find (the rule benchmark, the fault tests):
+# vanishing-gradient: the images reach the model as zeros (a loader that delivers blank tensors), so its
+# first layer receives no gradient and the network has nothing to learn from.
+FAULT_NONE = "none"
+FAULT_VANISHING_GRADIENT = "vanishing-gradient"
+TRAINING_FAULTS = (FAULT_NONE, FAULT_VANISHING_GRADIENT)
 
 HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
     Hyperparameter(HP_MODEL, str, "resnet18", "architecture", MODELS),
@@ -276,6 +286,7 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
     Hyperparameter(
         HP_INJECT_LOADER_DELAY_MS, int, 0, "fault injection: sleep per batch in the loader", minimum=0
     ),
+    Hyperparameter(HP_INJECT_FAULT, str, FAULT_NONE, "fault injection: a training fault", TRAINING_FAULTS),
 )
 HYPERPARAMETER_NAMES = tuple(h.name for h in HYPERPARAMETERS)
 HYPERPARAMETER_DEFAULTS = {h.name: h.default for h in HYPERPARAMETERS}
@@ -323,6 +334,10 @@ class Paths:
     @property
     def profile_dir(self) -> Path:
         return self.output_data_dir / PROFILE_DIRNAME
+
+    @property
+    def training_facts_file(self) -> Path:
+        return self.output_data_dir / TRAINING_FACTS_FILE
 
     @property
     def job_checkpoint_dir(self) -> Path:

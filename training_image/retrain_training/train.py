@@ -289,7 +289,19 @@ def build_model(
         start = models.read_start_weights(pretrained_dir / args.pretrained)
         models.check_start_arch(start, args.model)
         models.load_pretrained(model, start.state, labels=labels, start_labels=start.labels)
+    plant_fault(model, args.inject_fault)
     return model.to(device)
+
+
+def plant_fault(model: nn.Module, fault: str) -> None:
+    """The training fault the inject-fault hyperparameter names, for the rules to find: with
+    vanishing-gradient the images reach the model as zeros, as from a loader that delivers blank tensors
+    (its first layer gets no gradient, and nothing tells one image from another). Scaling them down
+    instead is not enough: BatchNorm in training mode divides by the batch's spread and brings the
+    first layer's gradient back. Not part of the saved model."""
+    if fault == contract.FAULT_VANISHING_GRADIENT:
+        log.warning("fault injection: the model's input is replaced by zeros")
+        model.register_forward_pre_hook(lambda _module, inputs: (torch.zeros_like(inputs[0]),))
 
 
 def build_loaders(
@@ -422,6 +434,17 @@ def initial_summary(job: Job) -> dict[str, Any]:
     }
 
 
+def write_training_facts(job: Job) -> None:
+    """What the rule check needs to know of the job besides its tensors (contract.TRAINING_FACTS_FILE)."""
+    facts = {
+        "labels": len(job.labels),
+        "train_images": len(job.dataset.train),
+        "validation_images": len(job.dataset.validation),
+    }
+    job.paths.training_facts_file.parent.mkdir(parents=True, exist_ok=True)
+    job.paths.training_facts_file.write_text(json.dumps(facts) + "\n", encoding="utf-8")
+
+
 class EpochLoop:
     """The epochs from `progress` on: checkpoints at the step interval and at epoch ends, a stop with
     a durable checkpoint when SIGTERM came, the system profile, and the metric lines."""
@@ -543,6 +566,8 @@ def _train(
     interruption: checkpoints.Interruption,
 ) -> None:
     job = set_up(args, paths, context)
+    if context.is_main:
+        write_training_facts(job)
     resumed = resume(job)
     progress = resumed or engine.Progress()
     # The hook counts validation batches as steps too: one pass of val_loader per finished epoch.

@@ -110,41 +110,63 @@ def test_unknown_rule_names_are_refused(tmp_path: Path) -> None:
         rules.evaluate(tmp_path, tmp_path, names=("DeadRelu",))
 
 
-class _Losses:
-    """A trial of training losses alone, one per step (what LossNotDecreasing reads)."""
+class _Trial:
+    """A trial given as saved values: per global step its mode, its loss and its gradients' mean |g|
+    (what the hook saves), read through the calls the rules make on an smdebug trial."""
 
-    def __init__(self, losses: list[float]) -> None:
+    def __init__(self, saves: list[tuple[str, float | None, dict[str, float]]]) -> None:
         import logging
 
-        self.losses = losses
-        self.name = "losses"
-        self.logger = logging.getLogger(__name__)
-
-    def tensor_names(self, collection: str | None = None, regex: object = None) -> list[str]:
-        return ["loss"] if collection == "losses" else []
-
-    def tensor(self, name: str) -> _Losses:
-        return self
-
-    def steps(self) -> list[int]:
-        return list(range(len(self.losses)))
-
-    def value(self, step: int) -> float:
-        return self.losses[step]
-
-    def mode(self, step: int) -> object:
         from smdebug.core.modes import ModeKeys
 
-        return ModeKeys.TRAIN
+        self.saves = saves
+        self.logger = logging.getLogger(__name__)
+        self._modes = {"T": ModeKeys.TRAIN, "E": ModeKeys.EVAL}
+
+    def tensor_names(self, collection: str | None = None, regex: object = None) -> list[str]:
+        if collection == "losses":
+            return ["loss"]
+        if collection == "gradients":
+            return sorted({name for _, _, gradients in self.saves for name in gradients})
+        return []
+
+    def tensor(self, name: str) -> _Tensor:
+        return _Tensor(self, name)
+
+    def steps(self) -> list[int]:
+        return list(range(len(self.saves)))
+
+    def mode(self, step: int) -> object:
+        return self._modes[self.saves[step][0]]
 
     def mode_step(self, step: int) -> int:
-        return step
+        return sum(1 for mode, _, _ in self.saves[:step] if mode == self.saves[step][0])
+
+
+class _Tensor:
+    def __init__(self, trial: _Trial, name: str) -> None:
+        self.trial, self.name = trial, name
+
+    def _value(self, step: int) -> float | None:
+        _, loss, gradients = self.trial.saves[step]
+        return loss if self.name == "loss" else gradients.get(self.name)
+
+    def steps(self) -> list[int]:
+        return [step for step in self.trial.steps() if self._value(step) is not None]
+
+    def value(self, step: int) -> float:
+        value = self._value(step)
+        assert value is not None
+        return value
+
+    def reduction_value(self, step: int, reduction: str, abs: bool = False) -> float:
+        return self.value(step)
 
 
 def _loss_not_decreasing(losses: list[float]) -> bool:
     from retrain_training.rules.tensors import LossNotDecreasing
 
-    rule = LossNotDecreasing(_Losses(losses), num_steps=10)
+    rule = LossNotDecreasing(_Trial([("T", loss, {}) for loss in losses]), num_steps=10)
     return any(rule.invoke_at_step(step) for step in range(len(losses)))
 
 
@@ -157,3 +179,101 @@ def test_the_loss_is_held_against_where_it_started_not_against_one_batch_or_the_
     # No learning, or a loss back above where it started: issues.
     assert _loss_not_decreasing([1.0] * 41)
     assert _loss_not_decreasing([*falling[:21], *[1.2] * 20])
+
+
+def test_a_converged_network_s_tiny_gradients_are_not_a_vanishing_gradient(tmp_path: Path) -> None:
+    # GIVEN a network that fits its data with a wide margin, trained on: loss and gradients near 1e-7, as a
+    # fine-tuned model's first blocks at the end of a run from ImageNet
+    paths = train_with_hook(tmp_path, Loop(steps=100, lr=0.01, interval=10, converged=True))
+    trial = create_trial(str(paths.tensors_dir))
+    smallest = min(
+        float(trial.tensor(name).reduction_value(step, "mean", abs=True))
+        for name in trial.tensor_names(collection="gradients")
+        for step in trial.tensor(name).steps()
+    )
+    assert smallest < 1e-7, "the scenario is one the managed rule's absolute threshold rejects"
+
+    # WHEN VanishingGradient runs
+    (result,) = rules.evaluate(paths.tensors_dir, paths.profile_dir, names=("VanishingGradient",))
+
+    # THEN per unit of error nothing vanished: no issue
+    assert result.status == rules.NO_ISSUES, result.detail
+
+
+def test_a_vanishing_gradient_is_judged_over_consecutive_saves_not_one() -> None:
+    from retrain_training.rules.tensors import VanishingGradient
+
+    def fires(gradients: list[float]) -> bool:
+        trial = _Trial([("T", 2.3, {"gradient/first": g}) for g in gradients])
+        rule = VanishingGradient(trial)
+        return any(rule.invoke_at_step(step) for step in trial.steps())
+
+    # one save below the threshold between healthy ones is noise; two in a row, or the job's only one, is not
+    assert not fires([1e-3, 1e-12, 1e-3, 1e-12])
+    assert fires([1e-3, 1e-12, 1e-12, 1e-3])
+    assert fires([1e-12])
+
+
+def test_a_zero_learning_rate_over_the_stacks_step_floor_is_found(tmp_path: Path) -> None:
+    # GIVEN a job of 100 steps (MinTrainingSteps' default) that learns nothing, the hook at its default
+    # interval of 50 (losses every 5 steps): windows of 50 never compared one with the first
+    paths = train_with_hook(tmp_path, Loop(lr=0.0, steps=100, interval=50))
+
+    # WHEN LossNotDecreasing runs THEN it finds the flat loss, with the numbers
+    (result,) = rules.evaluate(paths.tensors_dir, paths.profile_dir, names=("LossNotDecreasing",))
+    assert result.status == rules.ISSUES
+    assert "needs more than 10%" in result.detail
+
+
+def test_a_converged_models_noisy_validation_losses_are_not_overfitting() -> None:
+    from retrain_training.rules.tensors import Overfit
+
+    # GIVEN a fine-tune at training losses near 1e-5 whose validation passes of a dozen images move
+    # between 3e-6 and 9e-4 (measured: BENCHMARKS.md), rising twice in a row
+    passes = [3e-6, 6e-4, 9e-4, 1.6e-5, 9.9e-5]
+    saves: list[tuple[str, float | None, dict[str, float]]] = []
+    for validation in passes:
+        saves += [("T", 1e-5, {}), ("T", 2e-5, {}), ("E", validation, {})]
+    trial = _Trial(saves)
+
+    # WHEN Overfit runs THEN it fires at the managed rule's settings without min_delta, not with it
+    def fires(**parameters: float) -> bool:
+        rule = Overfit(trial, **parameters)  # type: ignore[arg-type]
+        return any(rule.invoke_at_step(step) for step in trial.steps())
+
+    assert fires(min_delta=0.0)
+    assert not fires()
+
+
+def test_a_rise_of_less_than_two_validation_images_worth_is_not_overfitting() -> None:
+    from retrain_training.rules.tensors import Overfit
+
+    # GIVEN the photo demo's fine-tune: 7 validation images whose mean loss rose from 0.045 to 0.122 and
+    # stayed there while the training loss was 0.002 (it named every one of them right)
+    saves: list[tuple[str, float | None, dict[str, float]]] = []
+    for validation in (0.3, 0.045, 0.122, 0.121):
+        saves += [("T", 0.002, {}), ("T", 0.002, {}), ("E", validation, {})]
+    trial = _Trial(saves)
+
+    def fires(**parameters: int) -> bool:
+        rule = Overfit(trial, **parameters)  # type: ignore[arg-type]
+        return any(rule.invoke_at_step(step) for step in trial.steps())
+
+    # WHEN Overfit knows the split's size THEN the rise is less than two images turning wrong: no issue
+    assert not fires(validation_images=7)
+    # AND on a split of 700 images the same rise is a real one
+    assert fires(validation_images=700)
+
+
+def test_the_rule_check_reads_the_jobs_training_facts(tmp_path: Path) -> None:
+    # GIVEN a job's tensors and, beside them, its training facts
+    paths = train_with_hook(tmp_path, Loop(steps=10))
+    paths.training_facts_file.write_text('{"labels": 3, "validation_images": 7}', encoding="utf-8")
+    # WHEN the rules' parameters are completed from them THEN Overfit gets the split's size, unless given
+    facts = rules.read_training_facts(paths.tensors_dir)
+    assert rules.with_facts({}, facts) == {"Overfit": {"validation_images": 7}}
+    given = rules.with_facts({"Overfit": {"validation_images": 70}}, facts)
+    assert given["Overfit"]["validation_images"] == 70
+    # AND a job without the file (managed DebugHookConfig, an older job) has no facts
+    paths.training_facts_file.unlink()
+    assert rules.read_training_facts(paths.tensors_dir) == {}

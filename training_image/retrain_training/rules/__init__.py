@@ -3,12 +3,15 @@ profile, each giving NoIssuesFound, IssuesFound (with the step and the numbers) 
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from retrain_contract import container as contract
+from retrain_contract import rules as contract_rules
 from retrain_training.profiler import read_profile
 from retrain_training.rules.system import (
     SYSTEM_RULES,
@@ -27,10 +30,14 @@ from retrain_training.rules.tensors import (
     VanishingGradient,
 )
 
-NO_ISSUES = "NoIssuesFound"
-ISSUES = "IssuesFound"
-ERROR = "Error"
-RULE_NAMES = (*TENSOR_RULES, *SYSTEM_RULES)
+NO_ISSUES = contract_rules.NO_ISSUES
+ISSUES = contract_rules.ISSUES
+ERROR = contract_rules.ERROR
+RULE_NAMES = contract_rules.RULE_NAMES
+if (*TENSOR_RULES, *SYSTEM_RULES) != RULE_NAMES:
+    raise ImportError(
+        f"the rules {[*TENSOR_RULES, *SYSTEM_RULES]} are not retrain_contract.rules' {RULE_NAMES}"
+    )
 # Collections a tensor rule needs; a rule whose collection is absent cannot say anything.
 _NEEDS = {"VanishingGradient": "gradients", "LossNotDecreasing": "losses", "Overfit": "losses"}
 
@@ -70,6 +77,27 @@ def _has_tensors(tensors_dir: Path) -> bool:
     return tensors_dir.is_dir() and any(tensors_dir.glob("events/*/*.tfevents"))
 
 
+def read_training_facts(tensors_dir: Path) -> dict[str, Any]:
+    """The job's contract.TRAINING_FACTS_FILE beside its tensors; empty for a job that wrote none (a
+    managed DebugHookConfig's, or one from before the file existed)."""
+    path = tensors_dir.parent / contract.TRAINING_FACTS_FILE
+    try:
+        facts = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return facts if isinstance(facts, dict) else {}
+
+
+def with_facts(
+    parameters: Mapping[str, Mapping[str, Any]], facts: Mapping[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """`parameters` with what the job's facts tell the rules, where the parameters do not say it."""
+    merged = {name: dict(values) for name, values in parameters.items()}
+    if facts.get("validation_images"):
+        merged.setdefault("Overfit", {}).setdefault("validation_images", int(facts["validation_images"]))
+    return merged
+
+
 def evaluate_tensor_rules(
     tensors_dir: Path,
     parameters: Mapping[str, Mapping[str, Any]],
@@ -90,6 +118,7 @@ def evaluate_tensor_rules(
     os.environ.setdefault("SMDEBUG_TRAINING_END_DELAY_REFRESH", "0")
     trial = create_trial(str(tensors_dir))
     steps = sorted(trial.steps())
+    parameters = with_facts(parameters, read_training_facts(tensors_dir))
     results = []
     for name in names:
         needed = _NEEDS.get(name)

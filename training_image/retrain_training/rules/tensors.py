@@ -20,6 +20,8 @@ from smdebug.rules.rule import Rule
 
 LOSSES = "losses"
 GRADIENTS = "gradients"
+# Overfit: how far (nats) a validation pass must be above the best one before it counts.
+MIN_DELTA = 0.05
 
 # Summaries the hook may have saved (debugger.py saves abs mean and L2 norm); raw values win if saved.
 _SUMMARIES = (("max", False), ("min", False), ("mean", False), ("mean", True), ("l2", False))
@@ -67,26 +69,84 @@ def _values(trial: Any, name: str, step: int) -> list[float]:
 
 
 class VanishingGradient(DetailedRule):
-    """Fires when the mean absolute value of a gradient drops below `threshold` (default 1e-7, as the
-    managed rule; the hook saves each gradient's abs mean)."""
+    """A layer that stopped learning while the loss is still high: fires when a saved gradient's mean
+    absolute value per unit of error, |g| / (1 - exp(-loss)) with the training loss of the same step's
+    batch, stays below `threshold` for `patience` saved steps in a row (for all of them, when the job
+    saved fewer).
 
-    def __init__(self, base_trial: Any, threshold: float = 0.0000001) -> None:
+    The managed rule (threshold 1e-7, the default here too) compares |g| itself with the threshold, at
+    any one step. A cross-entropy gradient is proportional to the predictions' error, 1 - p(label) =
+    1 - exp(-loss): about the loss itself near convergence, and at most 1. So |g| falls with the loss as
+    a network converges: a fine-tuned model at a loss of 1e-5 has first-block gradients near 1e-8 and
+    nothing left to learn, and the managed rule rejects it. Per unit of error a converged layer keeps the
+    size it had at the first step, while a layer cut off from the signal has |g| ~1e-15 at a loss of
+    ln(classes) (BENCHMARKS.md, "Rules against real runs and planted faults"). A frozen layer
+    (freeze-backbone-epochs) has no gradient and is not judged; a slowed one (backbone-lr-factor) is
+    given the same gradient as at the full rate, only a smaller step. Without saved losses the rule
+    judges |g| alone, as the managed one.
+    """
+
+    def __init__(self, base_trial: Any, threshold: float = 0.0000001, patience: int = 2) -> None:
         super().__init__(base_trial)
         self.threshold = float(threshold)
+        self.patience = int(patience)
+        if self.patience < 1:
+            raise ValueError(f"VanishingGradient patience must be at least 1, got {patience}")
+        self._losses = _train_losses(base_trial)
+        self._below: dict[str, list[int]] = {}  # per gradient: the steps of its current run below
+
+    def _loss_at(self, step: int) -> float | None:
+        """The training loss saved at `step`, else the last one saved before it; None when none was."""
+        index = bisect.bisect_right(self._losses, (step, math.inf))
+        return self._losses[index - 1][1] if index else None
 
     def invoke_at_step(self, step: int) -> bool:
+        loss = self._loss_at(step) if self._losses else math.inf
+        if loss is None or math.isnan(loss) or loss <= 0:
+            return False  # nothing left to learn (0), or ExplodingTensor's case (NaN)
+        error = -math.expm1(-loss)  # 1 - exp(-loss): the error a cross-entropy gradient is made of
         for name in self._tensor_names([GRADIENTS]):
-            if step not in self.base_trial.tensor(name).steps():
+            tensor = self.base_trial.tensor(name)
+            if step not in tensor.steps():
                 continue
             try:
-                abs_mean = float(self.base_trial.tensor(name).reduction_value(step, "mean", abs=True))
+                abs_mean = float(tensor.reduction_value(step, "mean", abs=True))
             except TensorUnavailableForStep:
-                abs_mean = float(np.mean(np.abs(self.base_trial.tensor(name).value(step))))
+                abs_mean = float(np.mean(np.abs(tensor.value(step))))
             self.checked += 1
-            if abs_mean < self.threshold:
-                self.detail = f"{name}: mean |gradient| {abs_mean:.3g} < threshold {self.threshold:g}"
+            below = self._below.setdefault(name, [])
+            if not abs_mean / error < self.threshold:
+                below.clear()
+                continue
+            below.append(step)
+            if len(below) >= min(self.patience, len(tensor.steps())):
+                measure = (
+                    f"mean |gradient| per unit of error {abs_mean / error:.3g} (|g| {abs_mean:.3g} at "
+                    f"training loss {loss:.3g})"
+                    if self._losses
+                    else f"mean |gradient| {abs_mean:.3g} (no training loss saved)"
+                )
+                self.detail = (
+                    f"{name}: {measure} < threshold {self.threshold:g} at {len(below)} saved step(s) in a "
+                    f"row ({below[0]}-{below[-1]}): the layer stopped learning while the loss was still high"
+                )
                 return True
         return False
+
+
+def _train_losses(trial: Any) -> list[tuple[int, float]]:
+    """(global step, mean loss) of every training step whose loss the hook saved, in step order."""
+    names = trial.tensor_names(collection=LOSSES)
+    losses = []
+    for step in sorted(trial.steps()):
+        if trial.mode(step) != modes.TRAIN:
+            continue
+        values = [
+            float(np.mean(trial.tensor(n).value(step))) for n in names if step in trial.tensor(n).steps()
+        ]
+        if values:
+            losses.append((step, float(np.mean(values))))
+    return losses
 
 
 class ExplodingTensor(DetailedRule):
@@ -155,21 +215,28 @@ def _loss_names(rule: DetailedRule, regex: str | list[str] | None, use_losses_co
 
 
 class LossNotDecreasing(DetailedRule):
-    """Fires when, `num_steps` steps or more into training, the loss is not below where it started by
-    more than `diff_percent`.
+    """Fires when the training loss at the end of the job is not below where it started by more than
+    `diff_percent`, and not below `converged_loss` either: the mean loss of the last `num_steps` steps
+    against the mean of the first `num_steps` (a third of the job each, for jobs shorter than 150 steps).
 
-    Managed defaults: diff_percent 0 (any decrease passes), use_losses_collection true; num_steps is 50
-    here, not 10: the managed rule's losses are saved every 500 steps, so it compares batches 500 steps
-    apart, while the hook here saves them every 5 (DEBUG_LOSS_INTERVAL) and a window of 10 steps held 2
-    or 3 single batches, which a fine-tuned run's noise alone made "increase" (0.97, 0.77, 0.75 then
-    0.58, 1.11). Each check compares window means: the losses saved since the previous check against
-    those of the first `num_steps` steps. Unlike the managed rule, which compares each window with the
-    one before it, a run whose loss fell and then levelled off does not fire (at a plateau, windows go
-    up as often as down, and the managed rule fires there by design, to stop a converged job), and
-    neither does one that starts from trained weights with a lucky first batch. Zero or dead learning
-    and a loss that climbs back above its start still do. `mode` defaults to TRAIN rather than the
-    managed rule's EVAL-first order: the hook saves every validation batch as its own EVAL step, and
-    the validation curve is the Overfit rule's. Non-finite losses are ExplodingTensor's, not this rule's.
+    Managed defaults: use_losses_collection true, num_steps 10, diff_percent 0, each window against the
+    one before it. Judged here after the job, not while it runs, so the whole job is one comparison:
+      - windows of single batches saved every 5 steps (DEBUG_LOSS_INTERVAL) move by a few percent on
+        their own, so window against window fired on a fine-tuned run's noise (0.97, 0.77, 0.75 then
+        0.58, 1.11), on slow learners (-8% in one window of a run that fell 20% over the job) and, at a
+        plateau, on every converged run (the managed rule does that by design, to stop a finished job);
+      - with diff_percent 0 a learning rate of 0 passed whenever the later batches happened to be
+        easier (2.50 then 2.42, BENCHMARKS.md, "Rules against real runs and planted faults"), while
+        runs that learn fall 15-99%: hence 10;
+      - converged_loss (0.05 nats, p(label) ~0.95) has no managed counterpart: a job that starts from a
+        model that already fits its images (a champion retrained with a few new ones) has nothing left
+        to decrease, and its flat loss is not a fault;
+      - a job of 100 steps (MinTrainingSteps' default) never completed a second window of 50, so a loss
+        that did not move at all was never judged: windows are at most a third of the job.
+    Zero or dead learning, a loss that climbs back above its start, or one that explodes still fire.
+    `mode` defaults to TRAIN rather than the managed rule's EVAL-first order: the hook saves every
+    validation batch as its own EVAL step, and the validation curve is the Overfit rule's. Non-finite
+    losses are ExplodingTensor's, not this rule's.
     """
 
     def __init__(
@@ -180,7 +247,8 @@ class LossNotDecreasing(DetailedRule):
         tensor_regex: str | list[str] | None = None,
         use_losses_collection: bool | str = True,
         num_steps: int = 50,
-        diff_percent: float = 0.0,
+        diff_percent: float = 10.0,
+        converged_loss: float = 0.05,
         mode: str | None = None,
     ) -> None:
         super().__init__(base_trial)
@@ -190,11 +258,16 @@ class LossNotDecreasing(DetailedRule):
             self.names += [n for n in base_trial.tensor_names(collection=collection) if n not in self.names]
         self.num_steps = int(num_steps)
         self.diff_percent = float(diff_percent)
+        self.converged_loss = float(converged_loss)
         self.mode = getattr(modes, (mode or "TRAIN").upper())
-        self._pending: dict[str, list[float]] = {}
-        self._first: dict[str, int] = {}
-        self._start: dict[str, tuple[int, float]] = {}  # the first window's last step and mean loss
-        self._last: dict[str, tuple[int, float]] = {}
+        saved = [
+            base_trial.mode_step(s)
+            for s in base_trial.steps()
+            if base_trial.mode(s) == self.mode and any(s in base_trial.tensor(n).steps() for n in self.names)
+        ]
+        self._first, self._end = min(saved, default=0), max(saved, default=0)
+        self.window = max(1, min(self.num_steps, (self._end - self._first) // 3))
+        self._losses: dict[str, list[tuple[int, float]]] = {}
 
     def invoke_at_step(self, step: int) -> bool:
         if self.base_trial.mode(step) != self.mode:
@@ -204,43 +277,48 @@ class LossNotDecreasing(DetailedRule):
             if step not in self.base_trial.tensor(name).steps():
                 continue
             loss = float(np.mean(self.base_trial.tensor(name).value(step)))
-            if not math.isfinite(loss):
-                continue
-            pending = self._pending.setdefault(name, [])
-            pending.append(loss)
-            first = self._first.setdefault(name, mode_step)
-            last = self._last.get(name)
-            if mode_step - (first if last is None else last[0]) < self.num_steps:
-                continue
-            current = float(np.mean(pending))
-            pending.clear()
-            self._last[name] = (mode_step, current)
-            if last is None:  # the first window is where the loss started
-                self._start[name] = (mode_step, current)
-                continue
-            self.checked += 1
-            start = self._start[name]
-            decrease = (start[1] - current) / abs(start[1]) * 100 if start[1] else 0.0
-            if decrease <= self.diff_percent:
-                self.detail = (
-                    f"{name}: mean loss {current:.4g} over steps {last[0] + 1}-{mode_step} vs "
-                    f"{start[1]:.4g} over steps {first}-{start[0]}: decreased {decrease:.2f}% "
-                    f"(needs > {self.diff_percent:g}%)"
-                )
-                return True
-        return False
+            if math.isfinite(loss):
+                self._losses.setdefault(name, []).append((mode_step, loss))
+        if mode_step != self._end or self._end - self._first < 2 * self.window:
+            return False
+        return any(self._judge(name, losses) for name, losses in self._losses.items())
+
+    def _judge(self, name: str, losses: list[tuple[int, float]]) -> bool:
+        start = [loss for at, loss in losses if at <= self._first + self.window]
+        end = [loss for at, loss in losses if at >= self._end - self.window]
+        if not start or not end:
+            return False
+        self.checked += 1
+        began, ended = float(np.mean(start)), float(np.mean(end))
+        decrease = (began - ended) / abs(began) * 100 if began else 0.0
+        if decrease > self.diff_percent or ended < self.converged_loss:
+            return False
+        self.detail = (
+            f"{name}: mean loss {ended:.4g} over steps {self._end - self.window}-{self._end} vs {began:.4g} "
+            f"over steps {self._first}-{self._first + self.window}: decreased {decrease:.2f}% (needs more "
+            f"than {self.diff_percent:g}%, or a loss below {self.converged_loss:g})"
+        )
+        return True
 
 
 class Overfit(DetailedRule):
-    """Fires when (mean validation loss - mean training loss) / mean training loss exceeds
-    `ratio_threshold` while the validation loss is not falling, for more than `patience`
-    validation passes in a row.
+    """Fires when, for more than `patience` validation passes in a row, the mean validation loss is
+    above the mean training loss by more than `ratio_threshold` of it and above its own best (the
+    lowest earlier pass) by more than `min_delta`, and by more than two of its images turning from
+    right to wrong would raise it: 2 ln(2) / `validation_images` (the job's training facts give it).
 
     Managed defaults: start_step 0, patience 1, ratio_threshold 0.1. A validation pass is a run of
     consecutive EVAL steps; it is compared with the training losses saved since the previous pass.
-    Unlike the managed rule, a gap counts only while validation loss is not falling: early in
+    Unlike the managed rule, a gap counts only while the validation loss is not improving: early in
     training a model's validation loss sits well above its training loss (BatchNorm's running
-    statistics lag the batch statistics) while both improve, and that is not overfitting.
+    statistics lag the batch statistics) while both improve, and that is not overfitting. And it must
+    rise by `min_delta` (nats; EarlyStopping's min_delta in Keras and Lightning): a converged fine-tune
+    has training losses near 1e-5, so the managed ratio is in the hundreds for any validation loss,
+    and a validation split of a dozen images moves between 3e-6 and 6e-4 from one pass to the next
+    (BENCHMARKS.md), which the managed rule takes for overfitting. And by more than two images' worth:
+    an image counts at least ln(2) once it is wrong, so on a split of 7 images one image's doubt moves
+    the mean by 0.1 (the photo demo's split rose from 0.045 to 0.122 at training loss 0.002 while the
+    model named every image right), while a memorising run's rises far more than its floor.
     """
 
     def __init__(
@@ -251,16 +329,21 @@ class Overfit(DetailedRule):
         start_step: int = 0,
         patience: int = 1,
         ratio_threshold: float = 0.1,
+        min_delta: float = MIN_DELTA,
+        validation_images: int = 0,
     ) -> None:
         super().__init__(base_trial)
         self.names = _loss_names(self, tensor_regex, True)
+        self.validation_images = int(validation_images)
+        images_floor = 2 * math.log(2) / self.validation_images if self.validation_images > 0 else 0.0
+        self.floor = max(float(min_delta), images_floor)
         self.start_step = int(start_step)
         self.patience = int(patience)
         self.ratio_threshold = float(ratio_threshold)
         self._train: list[float] = []
         self._validation: list[float] = []
         self._violations = 0
-        self._previous_validation: float | None = None
+        self._best: float | None = None
         self._steps: list[int] = sorted(base_trial.steps())
 
     def _loss(self, step: int) -> float | None:
@@ -288,14 +371,15 @@ class Overfit(DetailedRule):
         self._train, self._validation = [], []
         self.checked += 1
         ratio = (validation - train) / train if train else 0.0
-        previous, self._previous_validation = self._previous_validation, validation
-        not_falling = previous is not None and validation >= previous
-        self._violations = self._violations + 1 if ratio > self.ratio_threshold and not_falling else 0
+        best = self._best
+        self._best = validation if best is None else min(best, validation)
+        risen = best is not None and validation > best + self.floor
+        self._violations = self._violations + 1 if ratio > self.ratio_threshold and risen else 0
         if self._violations > self.patience:
             self.detail = (
-                f"validation loss {validation:.4g} (up from {previous:.4g}) vs training loss {train:.4g}: "
-                f"ratio {ratio:.2f} > {self.ratio_threshold:g} for {self._violations} validation passes "
-                f"in a row (patience {self.patience})"
+                f"validation loss {validation:.4g} (best {best:.4g}, up more than {self.floor:.3g}) vs "
+                f"training loss {train:.4g}: ratio {ratio:.2f} > {self.ratio_threshold:g} for "
+                f"{self._violations} validation passes in a row (patience {self.patience})"
             )
             return True
         return False
