@@ -192,7 +192,11 @@ def rule_results_from(record: runs.RunRecord, s3: Any, artifact_bucket: str) -> 
         return []
     return [
         RuleResult(
-            rule=str(r["rule"]), status=str(r["status"]), step=r.get("step"), detail=str(r.get("detail", ""))
+            rule=str(r["rule"]),
+            status=str(r["status"]),
+            step=r.get("step"),
+            detail=str(r.get("detail", "")),
+            action=str(r.get("action", "")),
         )
         for r in found
         if isinstance(r, dict) and "rule" in r and "status" in r

@@ -45,7 +45,10 @@ def summary(facts: RunFacts) -> dict[str, Any]:
             "billable_seconds": facts.billable_seconds,
             "spot_savings_pct": spot_savings_pct(facts.training_seconds, facts.billable_seconds),
         },
-        "rules": [{"rule": r.rule, "status": r.status} for r in facts.rules],
+        "rules": [
+            {"rule": r.rule, "status": r.status, "action": r.action or None, "detail": r.detail}
+            for r in facts.rules
+        ],
         "evaluation": {
             "top1": facts.evaluation.top1,
             "top3": facts.evaluation.top3,

@@ -10,6 +10,7 @@ from functools import cache
 
 from controller import names
 from controller.errors import ConfigurationError
+from retrain_contract import rules
 from retrain_contract.run import RunSettings, SettingsError, parse_settings
 
 
@@ -39,7 +40,7 @@ class Config:
     checkpoint_eval_max_per_run: int  # processing jobs one run may start for checkpoints (0: none)
     min_improvement: float
     min_accuracy: float
-    block_on_rule_issues: bool
+    blocking_rules: tuple[str, ...]  # BlockingRules: the rules whose findings reject a model
     approval_status: str
     model_package_group_prefix: str
     stuck_run_seconds: int
@@ -78,13 +79,16 @@ def _float(environ: Mapping[str, str], name: str) -> float:
         raise ConfigurationError(f"{name}={raw!r} is not a number; fix the stack parameter") from None
 
 
-def _bool(environ: Mapping[str, str], name: str) -> bool:
-    raw = _required(environ, name).strip().lower()
-    if raw in ("true", "1", "yes"):
-        return True
-    if raw in ("false", "0", "no"):
-        return False
-    raise ConfigurationError(f"{name}={raw!r} is not true or false; fix the stack parameter")
+def _rule_list(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
+    """A comma-separated list of rule names; the variable must be set, and may be empty (no rule)."""
+    if name not in environ:
+        raise ConfigurationError(f"environment variable {name} is not set; deploy with template.yaml")
+    try:
+        return rules.parse_rule_list(
+            environ[name], source=f"{name} (stack parameter {rules.BLOCKING_RULES_PARAMETER})"
+        )
+    except rules.RuleNameError as error:
+        raise ConfigurationError(str(error)) from None
 
 
 def _settings(environ: Mapping[str, str]) -> RunSettings:
@@ -114,7 +118,7 @@ def from_environ(environ: Mapping[str, str]) -> Config:
         checkpoint_eval_max_per_run=_int(environ, names.ENV_CHECKPOINT_EVAL_MAX),
         min_improvement=_float(environ, names.ENV_MIN_IMPROVEMENT),
         min_accuracy=_float(environ, names.ENV_MIN_ACCURACY),
-        block_on_rule_issues=_bool(environ, names.ENV_BLOCK_ON_RULE_ISSUES),
+        blocking_rules=_rule_list(environ, names.ENV_BLOCKING_RULES),
         approval_status=_required(environ, names.ENV_MODEL_APPROVAL_STATUS),
         model_package_group_prefix=_required(environ, names.ENV_MODEL_PACKAGE_GROUP_PREFIX),
         stuck_run_seconds=_int(environ, names.ENV_STUCK_RUN_SECONDS),

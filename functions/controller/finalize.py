@@ -100,6 +100,7 @@ def finalize(
     if registered.get("model_package_arn"):
         lines.append(f"Model package: {registered['model_package_arn']}")
     lines += notes.start_line(record)
+    lines += notes.rule_lines(record)
     lines += notes.data_lines(record, bucket=config.artifact_bucket)
     if next_run:
         lines.append(f"Uploads that arrived during the run started run {next_run}.")

@@ -1,5 +1,6 @@
 """The quality gate: the challenger must reach MinAccuracy and beat the champion by MinImprovement, and no
-Debugger rule may have found issues (when BlockOnRuleIssues). Every decision carries its reason."""
+Debugger rule that BlockingRules names may have found issues; the other rules' findings are warnings the
+notification and the report carry. Every decision carries its reason."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from controller.errors import RuleEvaluationsInProgressError
 from controller.observability import logger, tracer
 from controller.s3io import read_json
 from retrain_contract import container
+from retrain_contract import rules as rule_names
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -19,34 +21,47 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_sagemaker import SageMakerClient
 
-ISSUES_FOUND = "IssuesFound"
-RULE_NO_VERDICT = ("Error", "Stopped")
-MANAGED_RULE_DONE = ("NoIssuesFound", ISSUES_FOUND, *RULE_NO_VERDICT)
+ISSUES_FOUND = rule_names.ISSUES
+RULE_NO_VERDICT = rule_names.NO_VERDICT
+MANAGED_RULE_DONE = (rule_names.NO_ISSUES, ISSUES_FOUND, *RULE_NO_VERDICT)
 
 
 @dataclass(frozen=True)
 class Thresholds:
     min_accuracy: float
     min_improvement: float
-    block_on_rule_issues: bool
+    blocking_rules: tuple[str, ...]  # the rules whose findings reject a model (BlockingRules)
+
+
+def with_actions(
+    rule_results: list[runs.RuleResult], blocking_rules: tuple[str, ...]
+) -> list[runs.RuleResult]:
+    """Each result with what the gate does with its finding: block, or warn."""
+    return [{**r, "action": rule_names.action(r["rule"], blocking_rules)} for r in rule_results]
 
 
 def decide(
     challenger: float, champion: float | None, rule_results: list[runs.RuleResult], thresholds: Thresholds
 ) -> runs.Gate:
     """Pure: accept or reject, with the reason a person reads in the notification."""
+    blocking = set(thresholds.blocking_rules)
     flagged = [r["rule"] for r in rule_results if r.get("status") == ISSUES_FOUND]
-    # A rule that could not reach a verdict (Error, Stopped) counts as a finding when findings block:
-    # a model the checks could not clear is not accepted silently.
-    unchecked = [
-        f"{r['rule']} ({r.get('status')})" for r in rule_results if r.get("status") in RULE_NO_VERDICT
-    ]
-    if flagged and thresholds.block_on_rule_issues:
-        return {"decision": "rejected", "reason": f"rule(s) {', '.join(flagged)} found issues in training"}
-    if unchecked and thresholds.block_on_rule_issues:
+    # A blocking rule that could not reach a verdict (Error, Stopped) counts as a finding: a model the
+    # checks could not clear is not accepted silently.
+    unchecked = [r for r in rule_results if r.get("status") in RULE_NO_VERDICT]
+    blocked = [name for name in flagged if name in blocking]
+    if blocked:
         return {
             "decision": "rejected",
-            "reason": f"rule(s) {', '.join(unchecked)} could not be evaluated, and BlockOnRuleIssues is true",
+            "reason": f"rule(s) {', '.join(blocked)} found issues in training, and "
+            f"{rule_names.BLOCKING_RULES_PARAMETER} names them",
+        }
+    blocked_unchecked = [f"{r['rule']} ({r.get('status')})" for r in unchecked if r["rule"] in blocking]
+    if blocked_unchecked:
+        return {
+            "decision": "rejected",
+            "reason": f"rule(s) {', '.join(blocked_unchecked)} could not be evaluated, and "
+            f"{rule_names.BLOCKING_RULES_PARAMETER} names them",
         }
     if challenger < thresholds.min_accuracy:
         return {
@@ -60,9 +75,10 @@ def decide(
             f"by MinImprovement {thresholds.min_improvement:.4f}",
         }
     versus = f"champion {champion:.4f}" if champion is not None else "no champion yet"
-    note = f"; rule(s) {', '.join(flagged)} found issues (not blocking)" if flagged else ""
+    note = f"; rule(s) {', '.join(flagged)} found issues (warnings, not blocking)" if flagged else ""
     if unchecked:
-        note += f"; rule(s) {', '.join(unchecked)} could not be evaluated (not blocking)"
+        said = ", ".join(f"{r['rule']} ({r.get('status')})" for r in unchecked)
+        note += f"; rule(s) {said} could not be evaluated (not blocking)"
     return {"decision": "accepted", "reason": f"top-1 accuracy {challenger:.4f} ({versus}){note}"}
 
 
@@ -153,14 +169,14 @@ def gate(
         if run.get("has_champion")
         else None
     )
-    rules = rule_results(run, model, s3=s3, sagemaker=sagemaker)
-    thresholds = Thresholds(config.min_accuracy, config.min_improvement, config.block_on_rule_issues)
+    thresholds = Thresholds(config.min_accuracy, config.min_improvement, config.blocking_rules)
+    rules = with_actions(rule_results(run, model, s3=s3, sagemaker=sagemaker), thresholds.blocking_rules)
     decision = decide(challenger["top1"], champion["top1"] if champion else None, rules, thresholds)
     fields: dict[str, Any] = {
         "challenger": challenger,
         "rule_results": rules,
         "rules_blocked": decision["decision"] == "rejected"
-        and any(r.get("status") == ISSUES_FOUND for r in rules),
+        and any(r.get("status") == ISSUES_FOUND and r.get("action") == rule_names.BLOCK for r in rules),
         "gate": decision,
         "model_data": str(model["model_data"]),
         "unreadable_images": unreadable_images(report, run["dataset"]),

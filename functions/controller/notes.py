@@ -1,7 +1,6 @@
-"""What a run's notification says about its data: refused uploads, labels set aside, unreadable images.
-
-Counts only, with where the details are: `retrain status` and the run's report list every file and why.
-"""
+"""What a run's notification says besides the decision: its data (refused uploads, labels set aside,
+unreadable images: counts only, with where the details are) and each rule's finding (what it saw, what
+the gate did with it, what to do)."""
 
 from __future__ import annotations
 
@@ -9,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from controller import names
+from retrain_contract import rules
 
 
 def lineage(started_from: Mapping[str, Any] | None) -> str:
@@ -68,4 +68,26 @@ def data_lines(record: Mapping[str, Any] | None, *, bucket: str) -> list[str]:
     if lines:
         report = names.report_uri(bucket, str(record["dataset"]), str(record["run_id"]))
         lines.append(f"Report: `retrain report {record['run_id']}` (published to {report}).")
+    return lines
+
+
+def rule_lines(record: Mapping[str, Any] | None) -> list[str]:
+    """A line for each rule that found issues or reached no verdict: whether it blocked the model or is
+    a warning, what it saw, and what to do about it."""
+    lines = []
+    for result in (record or {}).get("rule_results") or []:
+        status = result.get("status")
+        if status == rules.ISSUES:
+            said = "found issues"
+        elif status in rules.NO_VERDICT:
+            said = f"reached no verdict ({status})"
+        else:
+            continue
+        effect = "blocked the model" if result.get("action") == rules.BLOCK else "a warning, not blocking"
+        detail = str(result.get("detail") or "no detail").rstrip(".")
+        line = f"Rule {result['rule']} {said} ({effect}): {detail}."
+        advice = rules.ADVICE.get(str(result["rule"]))
+        if status == rules.ISSUES and advice:
+            line += f" What to do: {advice}."
+        lines.append(line)
     return lines

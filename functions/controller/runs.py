@@ -27,6 +27,7 @@ class RuleResult(TypedDict):
     status: str  # NoIssuesFound | IssuesFound | Error (Debugger's words)
     step: NotRequired[int | None]
     detail: NotRequired[str]
+    action: NotRequired[str]  # block | warn: what the gate does with a finding (retrain_contract.rules)
 
 
 class Evaluation(TypedDict, total=False):

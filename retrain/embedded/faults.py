@@ -2,10 +2,12 @@
 
 One frozen config object, parsed from the demo's ``--fault`` options (``import-fails``,
 ``throttle[:N]``, ``resource-limit[:N]``, ``kill-checkpoint-write``, ``rule-finds-issues``,
-``loader-delay-ms:N``), kept in the stack's state directory and handed to the parts that act on it: the FSx
-emulation (a failed import task), the SageMaker emulator (CreateTrainingJob errors, a job killed while it
-writes a checkpoint) and, through hyperparameters/environment, the container (a rule that finds issues is
-provoked by the container's ``inject-loader-delay-ms`` knob).
+``loader-delay-ms:N``, ``vanishing-gradient``), kept in the stack's state directory and handed to the parts
+that act on it: the FSx emulation (a failed import task), the SageMaker emulator (CreateTrainingJob errors,
+a job killed while it writes a checkpoint) and, through hyperparameters, the container (a slow loader, which
+the CPUBottleneck rule finds and the gate warns about, from the container's ``inject-loader-delay-ms``
+knob; a vanishing gradient, which the VanishingGradient rule finds and the gate blocks on, from its
+``inject-fault`` knob).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ FAULT_NAMES: Final = (
     "kill-checkpoint-write",
     "rule-finds-issues",
     "loader-delay-ms:N",
+    contract.FAULT_VANISHING_GRADIENT,
 )
 # A planted slow loader (the container sleeps this long per batch, and at least 4x the longest of its
 # last steps, so data wait is most of every step on any machine): the rule check's CPUBottleneck rule
@@ -40,6 +43,7 @@ RULE_FINDS_ISSUES_PATIENCE: Final = 5
 PATIENCE_PARAMETER: Final = "SystemRulePatience"
 WORKERS_HYPERPARAMETER: Final = contract.HP_NUM_WORKERS
 LOADER_DELAY_HYPERPARAMETER: Final = contract.HP_INJECT_LOADER_DELAY_MS
+TRAINING_FAULT_HYPERPARAMETER: Final = contract.HP_INJECT_FAULT
 
 
 class FaultSpecError(ValueError):
@@ -55,6 +59,7 @@ class Faults:
     training_job_error_count: int = 0
     kill_checkpoint_write: bool = False
     loader_delay_ms: int = 0
+    training_fault: str = ""  # a contract.TRAINING_FAULTS value the container plants in itself
     _fired: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
@@ -76,6 +81,8 @@ class Faults:
                     values["loader_delay_ms"] = int(arg or RULE_FINDS_ISSUES_DELAY_MS)
                 elif name == "loader-delay-ms":
                     values["loader_delay_ms"] = int(arg)
+                elif name == contract.FAULT_VANISHING_GRADIENT and not arg:
+                    values["training_fault"] = name
                 else:
                     raise FaultSpecError(f"unknown fault {raw!r}; use one of: {', '.join(FAULT_NAMES)}")
             except ValueError as exc:
@@ -124,12 +131,16 @@ class Faults:
         return self.import_fails and self._fire("import", 1)
 
     def training_request(self, action: str, request: dict[str, Any]) -> dict[str, Any]:
-        """A CreateTrainingJob / CreateHyperParameterTuningJob request with the loader-delay knob set, so the
-        container really runs slow and the rule check really finds it."""
-        if not self.loader_delay_ms:
+        """A CreateTrainingJob / CreateHyperParameterTuningJob request with the container's fault knobs set,
+        so the container really runs slow (or really does not learn) and the rule check really finds it."""
+        knob: dict[str, str] = {}
+        if self.loader_delay_ms:
+            # In-process loading: with loader workers prefetching, the delay would overlap the compute.
+            knob = {LOADER_DELAY_HYPERPARAMETER: str(self.loader_delay_ms), WORKERS_HYPERPARAMETER: "0"}
+        if self.training_fault:
+            knob[TRAINING_FAULT_HYPERPARAMETER] = self.training_fault
+        if not knob:
             return request
-        # In-process loading: with loader workers prefetching, the delay would overlap the compute.
-        knob = {LOADER_DELAY_HYPERPARAMETER: str(self.loader_delay_ms), WORKERS_HYPERPARAMETER: "0"}
         out = dict(request)
         if action == "create_training_job":
             out["HyperParameters"] = {**(request.get("HyperParameters") or {}), **knob}

@@ -12,6 +12,7 @@ from retrain.pricing import PRICE_DATE, PRICE_REGION, PRICE_SOURCE, job_cost, sp
 from retrain.report import charts
 from retrain.report.facts import RunFacts
 from retrain_contract import container
+from retrain_contract import rules as rule_names
 
 log = logging.getLogger(__name__)
 
@@ -262,14 +263,23 @@ def _evaluation(facts: RunFacts, out_dir: Path) -> list[str]:
 
 
 def _rules(facts: RunFacts) -> list[str]:
+    """Each rule's verdict and what the gate does with a finding (BlockingRules: block, else warn), then
+    what to do about each finding."""
     lines = ["## Rule checks", ""]
-    if facts.rules:
-        lines += _table(
-            ["rule", "status", "step", "detail"],
-            [[r.rule, r.status, "—" if r.step is None else r.step, r.detail] for r in facts.rules],
-        )
-    else:
-        lines += ["_no rule results recorded_", ""]
+    if not facts.rules:
+        return [*lines, "_no rule results recorded_", ""]
+    lines += _table(
+        ["rule", "status", "gate", "step", "detail"],
+        [
+            [r.rule, r.status, r.action or "—", "—" if r.step is None else r.step, r.detail]
+            for r in facts.rules
+        ],
+    )
+    found = [r for r in facts.rules if r.status == rule_names.ISSUES and r.rule in rule_names.ADVICE]
+    if found:
+        lines += ["What to do:", ""]
+        lines += [f"- {r.rule}: {rule_names.ADVICE[r.rule]}." for r in found]
+        lines.append("")
     return lines
 
 

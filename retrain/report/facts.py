@@ -40,6 +40,7 @@ class RuleResult:
     status: str
     step: int | None = None
     detail: str = ""
+    action: str = ""  # block | warn (the gate's), empty for a run from before the gate recorded it
 
 
 @dataclass(frozen=True)

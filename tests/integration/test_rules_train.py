@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from controller import config, gate
+from retrain.dev.template_model import default_environment
 from retrain_contract import container as contract
 from retrain_training import rules
 
@@ -96,8 +98,11 @@ def rule_check(input_dir: Path, output_dir: Path) -> tuple[int, dict[str, dict]]
 
 
 def test_a_healthy_training_job_passes_every_rule(tmp_path: Path) -> None:
-    # GIVEN a short healthy train.py run, shipped as SageMaker ships it (output.tar.gz)
+    # GIVEN a short healthy train.py run, shipped as SageMaker ships it (output.tar.gz), with the facts the
+    # rules read beside its tensors
     output = train(tmp_path / "job")
+    facts = json.loads((output / contract.TRAINING_FACTS_FILE).read_text(encoding="utf-8"))
+    assert facts["labels"] == 3 and facts["train_images"] + facts["validation_images"] == 36
     shipped = tmp_path / "processing-input"
     shipped.mkdir()
     with tarfile.open(shipped / "output.tar.gz", "w:gz") as tar:
@@ -129,3 +134,31 @@ def test_a_loader_that_sleeps_is_a_cpu_bottleneck_and_nothing_else(tmp_path: Pat
         name: rules.ISSUES if name == "CPUBottleneck" else rules.NO_ISSUES for name in rules.RULE_NAMES
     }
     assert "waited for data" in results["CPUBottleneck"]["detail"]
+    # AND the stack's default gate registers the model with the finding as a warning: a slow loader makes
+    # an expensive job, not a bad model
+    decision = default_gate(results)
+    assert decision["decision"] == "accepted"
+    assert "CPUBottleneck found issues (warnings, not blocking)" in decision["reason"]
+
+
+def default_gate(results: dict[str, dict]) -> dict[str, str]:  # type: ignore[type-arg]
+    """The gate's decision with template.yaml's default BlockingRules, for a model as accurate as can be."""
+    blocking = config.from_environ(default_environment("GateFunction")).blocking_rules
+    verdicts = gate.with_actions(list(results.values()), blocking)  # type: ignore[arg-type]
+    return dict(gate.decide(1.0, None, verdicts, gate.Thresholds(0.5, 0.0, blocking)))
+
+
+def test_a_planted_vanishing_gradient_is_found_and_blocks_with_the_default_gate(tmp_path: Path) -> None:
+    # GIVEN a run whose images reach the model as zeros (the fault-injection hyperparameter)
+    output = train(tmp_path / "job", **{"inject-fault": contract.FAULT_VANISHING_GRADIENT, "epochs": "2"})
+
+    # WHEN the rule check runs over its output
+    code, results = rule_check(output, tmp_path / "processing-output")
+
+    # THEN VanishingGradient finds the first layer's gradient gone while the loss stays high
+    assert code == 0
+    assert results["VanishingGradient"]["status"] == rules.ISSUES
+    assert "stopped learning while the loss was still high" in results["VanishingGradient"]["detail"]
+    # AND the stack's default gate rejects the model for it
+    decision = default_gate(results)
+    assert decision["decision"] == "rejected" and "VanishingGradient" in decision["reason"]

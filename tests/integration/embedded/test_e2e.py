@@ -48,7 +48,7 @@ QUICK = {
     "MaxTuningJobs": "2",
     "FinalTraining": "true",
     "MinImprovement": "-1.0",
-    "BlockOnRuleIssues": "false",
+    "BlockingRules": "",
 }
 # Weights of the demo's architecture in a bucket of the user's (not the stack's): the first run's start.
 WEIGHTS_BUCKET, WEIGHTS_KEY = "retrain-e2e-weights", "imagenet-shaped/resnet18.pth"

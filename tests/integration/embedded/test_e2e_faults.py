@@ -52,6 +52,19 @@ def _a_trial_lost_its_instance_mid_write_and_skipped_the_torn_checkpoint(finishe
     assert f"{torn.group(1)} is unusable" in after, after[-2000:]
 
 
+def _the_training_fault_blocked_and_the_slow_loader_warned(finished: Finished) -> None:
+    """rule-finds-issues+vanishing-gradient: each trial ran slow and learnt nothing; with the stack's
+    default BlockingRules the rules that judge the training rejected the model (VanishingGradient, and
+    LossNotDecreasing for the flat loss it leaves), the one that judges the machine is a warning, and the
+    gate's reason names the blocking ones only."""
+    found = [r for r in finished.record["rule_results"] if r["status"] == "IssuesFound"]
+    actions = {r["rule"]: r.get("action") for r in found}
+    assert actions["VanishingGradient"] == "block" and actions["CPUBottleneck"] == "warn", found
+    assert finished.record["rules_blocked"] is True
+    reason = finished.record["gate"]["reason"]
+    assert "VanishingGradient" in reason and "CPUBottleneck" not in reason
+
+
 def _nothing_more(finished: Finished) -> None:
     """The fault's trace is the end state itself (the failure's error, the rule that found the issue)."""
 
@@ -68,8 +81,14 @@ def _nothing_more(finished: Finished) -> None:
             set(),
             _a_trial_lost_its_instance_mid_write_and_skipped_the_torn_checkpoint,
         ),
-        # The planted slow loader, found by the rule that looks for it.
-        ("rule-finds-issues", "REJECTED", None, {"CPUBottleneck"}, _nothing_more),
+        # A planted slow loader and a planted vanishing gradient, each found by the rule that looks for it.
+        (
+            "rule-finds-issues+vanishing-gradient",
+            "REJECTED",
+            None,
+            {"CPUBottleneck", "VanishingGradient"},
+            _the_training_fault_blocked_and_the_slow_loader_warned,
+        ),
     ],
     ids=["import-fails", "resource-limit", "kill-checkpoint-write", "rule-finds-issues"],
 )
@@ -84,7 +103,7 @@ def test_an_injected_fault_ends_in_the_state_machines_state_with_the_lock_releas
     with run_to_the_end(
         tmp_path / "state",
         Uploads(tmp_path / "images", count=FAULT_IMAGES),
-        Faults.parse([fault]),
+        Faults.parse(fault.split("+")),
         overrides=QUICK,
     ) as finished:
         assert finished.record["status"] == status, finished.record.get("failure")

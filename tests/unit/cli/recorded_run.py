@@ -65,8 +65,20 @@ def record(status: str = "SUCCEEDED", **extra: Any) -> runs.RunRecord:
         "training_seconds": 98,
         "billable_seconds": 30,
         "rule_results": [
-            {"rule": "LossNotDecreasing", "status": "NoIssuesFound", "step": 40, "detail": ""},
-            {"rule": "CPUBottleneck", "status": "IssuesFound", "step": 12, "detail": "CPU p95 97%"},
+            {
+                "rule": "LossNotDecreasing",
+                "status": "NoIssuesFound",
+                "step": 40,
+                "detail": "",
+                "action": "block",
+            },
+            {
+                "rule": "CPUBottleneck",
+                "status": "IssuesFound",
+                "step": 12,
+                "detail": "CPU p95 97%",
+                "action": "warn",
+            },
         ],
         "challenger": {
             "top1": 0.95,

@@ -98,7 +98,8 @@ def test_report_writes_markdown_and_real_pngs(facts, tmp_path):
         assert png.read_bytes()[:8] == PNG_MAGIC, name
         assert f"]({name})" in text
     # AND the tables carry the rule results, the gate decision, the rejected uploads and the cost
-    assert "| CPUBottleneck | IssuesFound | 12 | CPU p95 97% |" in text
+    assert "| CPUBottleneck | IssuesFound | warn | 12 | CPU p95 97% |" in text
+    assert "- CPUBottleneck: the device waited for the input pipeline: raise num-workers" in text
     assert "**passed** — challenger top-1 0.950" in text
     assert "`data/digits/notes.txt`" in text
     assert "| `data/digits/one/fake.jpg` | content | the bytes are not an image" in text
@@ -139,7 +140,12 @@ def test_summary_has_exactly_the_issue_keys(facts):
     assert set(document["evaluation"]) == {"top1", "top3", "per_class"}
     assert document["gate"] == {"passed": True, "reason": "challenger top-1 0.950 >= champion 0.900 + 0.010"}
     assert document["training"]["spot_savings_pct"] == 69.4
-    assert document["rules"][1] == {"rule": "CPUBottleneck", "status": "IssuesFound"}
+    assert document["rules"][1] == {
+        "rule": "CPUBottleneck",
+        "status": "IssuesFound",
+        "action": "warn",
+        "detail": "CPU p95 97%",
+    }
     assert {"key", "problem", "reason"} == set(document["rejected"][0])
 
 

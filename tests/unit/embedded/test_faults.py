@@ -80,6 +80,21 @@ def test_rule_fault_sets_the_loader_delay_on_every_tuning_trial() -> None:
     assert static["epochs"] == "1"
 
 
+def test_a_planted_vanishing_gradient_sets_the_containers_fault_knob_and_nothing_else() -> None:
+    # GIVEN the training fault alone WHEN a tuning job is created through the faulting proxy
+    service = _Recorder()
+    proxy = FaultingSageMaker(service, Faults.parse(["vanishing-gradient"]))
+    proxy.create_hyper_parameter_tuning_job(
+        HyperParameterTuningJobName="t", TrainingJobDefinition={"StaticHyperParameters": {"epochs": "1"}}
+    )
+    # THEN every trial plants the fault, with its loader left as the stack set it
+    static = service.requests[0]["TrainingJobDefinition"]["StaticHyperParameters"]  # type: ignore[index]
+    assert static == {"epochs": "1", "inject-fault": "vanishing-gradient"}
+    # AND a value the container does not know is refused when parsed
+    with pytest.raises(FaultSpecError, match="unknown fault 'vanishing-gradient:2'"):
+        Faults.parse(["vanishing-gradient:2"])
+
+
 def test_rule_finds_issues_lowers_the_system_rule_patience_so_a_short_run_can_conclude() -> None:
     # GIVEN the rule fault, and no fault WHEN the stack asks for parameter overrides
     # THEN only the fault lowers SystemRulePatience, a parameter template.yaml declares

@@ -175,14 +175,39 @@ def test_prepare_refuses_a_data_set_another_run_holds(aws, config, events_dir):
 )
 def test_the_gate_decides_with_a_reason(challenger, champion, status, decision, words):
     rules: list[runs.RuleResult] = [{"rule": "Overfit", "status": status}]
-    result = gate.decide(challenger, champion, rules, gate.Thresholds(0.5, 0.01, True))
+    result = gate.decide(challenger, champion, rules, gate.Thresholds(0.5, 0.01, ("Overfit",)))
     assert result["decision"] == decision and words in result["reason"]
 
 
 def test_rule_issues_do_not_block_when_configured_not_to():
     rules: list[runs.RuleResult] = [{"rule": "Overfit", "status": "IssuesFound"}]
-    result = gate.decide(0.9, None, rules, gate.Thresholds(0.5, 0.0, False))
+    result = gate.decide(0.9, None, rules, gate.Thresholds(0.5, 0.0, ()))
     assert result["decision"] == "accepted" and "not blocking" in result["reason"]
+
+
+def test_only_the_rules_blockingrules_names_reject_a_model_the_others_warn():
+    # GIVEN a training rule and a machine rule that both found issues
+    rules: list[runs.RuleResult] = [
+        {
+            "rule": "CPUBottleneck",
+            "status": "IssuesFound",
+            "detail": "step 3 waited for data 90% of its time",
+        },
+        {"rule": "LossNotDecreasing", "status": "IssuesFound", "detail": "decreased 1.2%"},
+    ]
+    # WHEN BlockingRules names only the training rule
+    blocked = gate.decide(0.9, None, rules, gate.Thresholds(0.5, 0.0, ("LossNotDecreasing",)))
+    # THEN it rejects, naming that rule and the parameter, not the warning
+    assert blocked["decision"] == "rejected"
+    assert blocked["reason"] == (
+        "rule(s) LossNotDecreasing found issues in training, and BlockingRules names them"
+    )
+    # AND with the machine rule's finding alone the model is accepted, the warning in the reason
+    warned = gate.decide(0.9, None, rules[:1], gate.Thresholds(0.5, 0.0, ("LossNotDecreasing",)))
+    assert warned["decision"] == "accepted"
+    assert "CPUBottleneck found issues (warnings, not blocking)" in warned["reason"]
+    # AND every result carries what the gate does with it
+    assert [r["action"] for r in gate.with_actions(rules, ("LossNotDecreasing",))] == ["warn", "block"]
 
 
 def test_a_quota_failure_is_explained_with_what_to_do():
@@ -479,14 +504,14 @@ def test_managed_rules_still_being_evaluated_hold_the_gate(aws):
 def test_managed_profiler_rules_count_as_much_as_tensor_rules(aws):
     job = _managed_job(aws, {"Overfit": "NoIssuesFound"}, profiler={"CPUBottleneck": "IssuesFound"})
     results = gate.managed_rule_results(job, sagemaker=aws.managed_sagemaker)
-    decision = gate.decide(0.9, None, results, gate.Thresholds(0.5, 0.0, True))
+    decision = gate.decide(0.9, None, results, gate.Thresholds(0.5, 0.0, ("CPUBottleneck",)))
     assert decision["decision"] == "rejected" and "CPUBottleneck" in decision["reason"]
 
 
-@pytest.mark.parametrize(("block", "decision"), [(True, "rejected"), (False, "accepted")])
-def test_a_rule_that_could_not_be_evaluated_counts_as_a_finding_when_findings_block(block, decision):
+@pytest.mark.parametrize(("blocking", "decision"), [(("Overfit",), "rejected"), ((), "accepted")])
+def test_a_rule_that_could_not_be_evaluated_counts_as_a_finding_when_its_findings_block(blocking, decision):
     rules: list[runs.RuleResult] = [{"rule": "Overfit", "status": "Error", "detail": "no tensors"}]
-    result = gate.decide(0.9, None, rules, gate.Thresholds(0.5, 0.0, block))
+    result = gate.decide(0.9, None, rules, gate.Thresholds(0.5, 0.0, blocking))
     assert result["decision"] == decision and "Overfit (Error) could not be evaluated" in result["reason"]
 
 
@@ -743,6 +768,42 @@ def test_the_gate_records_the_files_training_could_not_decode(aws, config):
     assert "Images training could not decode: 1 (the report lists them)." in notes.data_lines(
         record, bucket=aws.artifact_bucket
     )
+
+
+def test_the_notification_names_each_rules_finding_what_the_gate_did_and_what_to_do(aws, config, events_dir):
+    # GIVEN a prepared run whose rule check found a blocking and a warning issue
+    _upload(aws, config, events_dir, *_keys("cat", 5), *_keys("dog", 5))
+    run = _prepare(aws, config, {"dataset": "pets"})
+    found = [
+        {"rule": "LossNotDecreasing", "status": "IssuesFound", "step": 99, "detail": "decreased 1.21%"},
+        {"rule": "CPUBottleneck", "status": "IssuesFound", "step": 9, "detail": "waited for data 90%"},
+        {"rule": "Overfit", "status": "NoIssuesFound", "step": None, "detail": "5 data points checked"},
+    ]
+    rules_key = run["rules_s3_uri"].removeprefix(f"s3://{aws.artifact_bucket}/").rstrip("/")
+    aws.s3.put_object(Bucket=aws.artifact_bucket, Key=f"{rules_key}/{container.RULE_RESULTS_FILE}",
+                      Body=json.dumps(found))  # fmt: skip
+    aws.s3.put_object(Bucket=aws.artifact_bucket, Key=f"runs/pets/{run['run_id']}/eval/evaluation.json",
+                      Body=json.dumps({"top1": 0.9, "top3": 1.0}))  # fmt: skip
+    evaluated = {**run, "challenger_s3_uri": f"s3://{aws.artifact_bucket}/runs/pets/{run['run_id']}/eval/",
+                 "jobs": {**run["jobs"], "challenger": "e1"}, "debugger_mode": "open"}  # fmt: skip
+    # WHEN the gate decides with the stack's default BlockingRules and the run is finalized
+    decision = gate.gate(
+        {"run": evaluated, "model": {"model_data": "s3://m"}}, config=config, dynamodb=aws.dynamodb, s3=aws.s3
+    )
+    done = _finalize(aws, config, run, decision=decision["decision"])
+    # THEN the training rule blocked and the machine rule warned, each said with what it saw and what to do
+    assert decision["decision"] == "rejected" and "LossNotDecreasing" in decision["reason"]
+    lines = done["message"].splitlines()
+    assert (
+        "Rule LossNotDecreasing found issues (blocked the model): decreased 1.21%. What to do: the training "
+        "loss did not fall below where it started"
+    ) in "\n".join(lines)
+    assert any(
+        line.startswith("Rule CPUBottleneck found issues (a warning, not blocking): waited for data 90%.")
+        and "raise num-workers" in line
+        for line in lines
+    )
+    assert not any("Overfit" in line for line in lines)
 
 
 def test_a_failed_runs_notification_also_says_what_was_wrong_with_its_data(aws, config):

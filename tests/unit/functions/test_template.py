@@ -226,6 +226,29 @@ def test_the_optimizers_parameter_admits_the_containers_optimizers_only(template
     assert prepare.optimizers({"optimizers": parameter["Default"]}) == list(container.OPTIMIZERS)
 
 
+def test_the_blocking_rules_parameter_admits_rule_names_only_and_the_code_reads_it(template):
+    from controller import config
+    from controller.errors import ConfigurationError
+    from retrain.dev.template_model import default_environment
+    from retrain_contract import rules
+
+    parameter = template["Parameters"][rules.BLOCKING_RULES_PARAMETER]
+    pattern = re.compile(parameter["AllowedPattern"])
+    # GIVEN the values a deployer may give: none, one, several, every rule
+    admitted = ["", "Overfit", "Overfit,CPUBottleneck", ",".join(rules.RULE_NAMES)]
+    assert all(pattern.fullmatch(value) for value in admitted)
+    assert not any(pattern.fullmatch(v) for v in ("Overfit,", "overfit", "Overfit, StepOutlier", "DeadRelu"))
+    # THEN the default blocks on the rules that find a training that does not learn, and warns on Overfit
+    # and on the rules that judge the machine (bench/rules.py measured why)
+    environment = default_environment("GateFunction")
+    blocking = ("VanishingGradient", "ExplodingTensor", "LossNotDecreasing")
+    assert config.from_environ(environment).blocking_rules == blocking
+    # AND a name the pattern would not admit is refused by the code too, naming the parameter
+    with pytest.raises(ConfigurationError, match=r"BlockingRules\) names unknown rule\(s\) DeadRelu"):
+        config.from_environ({**environment, names.ENV_BLOCKING_RULES: "Overfit,DeadRelu"})
+    assert config.from_environ({**environment, names.ENV_BLOCKING_RULES: ""}).blocking_rules == ()
+
+
 def test_alarms_watch_the_dead_letter_queue_failed_runs_and_stuck_runs(template):
     alarms = _resources(template, "AWS::CloudWatch::Alarm")
     metrics = {a["Properties"]["MetricName"] for a in alarms.values()}
