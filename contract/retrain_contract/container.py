@@ -229,6 +229,10 @@ HP_DEBUG_INTERVAL = "debug-interval"
 HP_PROFILE_INTERVAL_MS = "profile-interval-ms"
 HP_INJECT_LOADER_DELAY_MS = "inject-loader-delay-ms"
 HP_INJECT_FAULT = "inject-fault"
+HP_PREFETCH_BATCHES = "prefetch-batches"
+HP_AMP_DTYPE = "amp-dtype"
+HP_CHANNELS_LAST = "channels-last"
+AMP_DTYPES = ("float16", "bfloat16")
 # Training faults a job can plant in itself, for the rules to find (the rule benchmark, the fault tests):
 # vanishing-gradient: the images reach the model as zeros (a loader that delivers blank tensors), so its
 # first layer receives no gradient and the network has nothing to learn from.
@@ -279,6 +283,12 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
         minimum=0,
     ),
     Hyperparameter(HP_AMP, bool, True, "mixed precision (GPU only)"),
+    Hyperparameter(
+        HP_AMP_DTYPE, str, "float16", "mixed precision's type: bfloat16 needs no loss scaler", AMP_DTYPES
+    ),
+    Hyperparameter(
+        HP_CHANNELS_LAST, bool, False, "model and batches in channels-last memory, cuDNN autotuning (GPU)"
+    ),
     Hyperparameter(HP_VAL_FRACTION, float, 0.2, "share of images hashed into validation"),
     Hyperparameter(HP_DEBUG_HOOK, bool, True, "save Debugger tensors"),
     Hyperparameter(HP_DEBUG_INTERVAL, int, 50, "steps between saved Debugger tensors"),
@@ -287,6 +297,13 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
         HP_INJECT_LOADER_DELAY_MS, int, 0, "fault injection: sleep per batch in the loader", minimum=0
     ),
     Hyperparameter(HP_INJECT_FAULT, str, FAULT_NONE, "fault injection: a training fault", TRAINING_FAULTS),
+    Hyperparameter(
+        HP_PREFETCH_BATCHES,
+        int,
+        0,
+        "training batches a loader thread prepares ahead of the step (0: in the step's thread)",
+        minimum=0,
+    ),
 )
 HYPERPARAMETER_NAMES = tuple(h.name for h in HYPERPARAMETERS)
 HYPERPARAMETER_DEFAULTS = {h.name: h.default for h in HYPERPARAMETERS}

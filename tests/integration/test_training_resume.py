@@ -280,3 +280,32 @@ def test_finished_job_with_the_debug_hook_on_runs_again_in_place(
     assert "resumed from" in (workdir / "stderr.log").read_text()
     assert_bit_equal(final_weights(workdir), uninterrupted)
     assert tensor_record(workdir) == tensor_record(uninterrupted_hooked)
+
+
+def test_a_prefetching_loader_trains_and_resumes_as_the_plain_one(
+    workdir: Path, dataset: Path, uninterrupted: dict[str, torch.Tensor]
+) -> None:
+    # GIVEN the job with its batches prepared two ahead by a loader thread, interrupted mid-epoch while
+    # that thread had batches ready that the step never took
+    prefetching = [*ARGS, "--prefetch-batches", "2"]
+    trigger = r"checkpoint ckpt-000000003\.pt written"
+    assert run_training(workdir, dataset, sigterm_on=trigger, args=prefetching) == 143
+    # WHEN it restarts
+    assert run_training(workdir, dataset, args=prefetching) == 0
+    # THEN it resumed at the step its checkpoint took, and ends bit for bit where the plain run did
+    assert "resumed from" in (workdir / "stderr.log").read_text()
+    assert_bit_equal(final_weights(workdir), uninterrupted)
+
+
+def test_channels_last_trains_and_resumes_bit_for_bit(workdir: Path, dataset: Path, tmp_path: Path) -> None:
+    # GIVEN the job with the model and its batches in channels-last memory (bfloat16 named for the GPU;
+    # on a CPU mixed precision stays off), run once without a stop
+    recipe = [*ARGS, "--channels-last", "true", "--amp-dtype", "bfloat16"]
+    assert run_training(tmp_path / "uninterrupted", dataset, args=recipe) == 0
+    # WHEN it is interrupted after a checkpoint and restarted
+    trigger = r"checkpoint ckpt-000000003\.pt written"
+    assert run_training(workdir, dataset, sigterm_on=trigger, args=recipe) == 143
+    assert run_training(workdir, dataset, args=recipe) == 0
+    # THEN it ends where the uninterrupted run did, and its weights load as any model's (NCHW for serving)
+    assert_bit_equal(final_weights(workdir), final_weights(tmp_path / "uninterrupted"))
+    assert all(t.is_contiguous() for t in final_weights(workdir).values())

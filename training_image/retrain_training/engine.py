@@ -38,6 +38,8 @@ class Optimization:
     scheduler: torch.optim.lr_scheduler.LRScheduler
     scaler: torch.amp.GradScaler
     use_amp: bool = False
+    amp_dtype: torch.dtype = torch.float16
+    memory_format: torch.memory_format = torch.contiguous_format  # the batches', as the model's
 
 
 @dataclass
@@ -76,9 +78,11 @@ def train_one_epoch(
     for batch_images, batch_labels in loader.epoch(epoch, start_batch=progress.next_batch):
         data_wait = time.perf_counter() - waited_from
         computed_from = time.perf_counter()
-        images = batch_images.to(device, non_blocking=True)
+        images = batch_images.to(device, non_blocking=True, memory_format=optimization.memory_format)
         labels = batch_labels.to(device, non_blocking=True)
-        with torch.autocast(device_type=device.type, dtype=torch.float16, enabled=optimization.use_amp):
+        with torch.autocast(
+            device_type=device.type, dtype=optimization.amp_dtype, enabled=optimization.use_amp
+        ):
             loss = loss_fn(model(images), labels)
         optimizer.zero_grad(set_to_none=True)
         scaler.scale(loss).backward()
@@ -118,16 +122,23 @@ class Evaluation:
 
 
 def evaluate(
-    model: nn.Module, loss_fn: nn.Module, loader: Loader, context: distributed.Context, *, use_amp: bool
+    model: nn.Module,
+    loss_fn: nn.Module,
+    loader: Loader,
+    context: distributed.Context,
+    *,
+    use_amp: bool,
+    amp_dtype: torch.dtype = torch.float16,
+    memory_format: torch.memory_format = torch.contiguous_format,
 ) -> Evaluation:
     """Loss, top-1 and top-3 accuracy over the whole validation set (summed over ranks)."""
     model.eval()
     sums = [0.0, 0.0, 0.0, 0.0]  # loss * n, top-1 hits, top-3 hits, n
     with torch.inference_mode():
         for batch_images, batch_labels in loader.epoch(0):
-            images = batch_images.to(context.device, non_blocking=True)
+            images = batch_images.to(context.device, non_blocking=True, memory_format=memory_format)
             labels = batch_labels.to(context.device, non_blocking=True)
-            with torch.autocast(device_type=context.device.type, dtype=torch.float16, enabled=use_amp):
+            with torch.autocast(device_type=context.device.type, dtype=amp_dtype, enabled=use_amp):
                 logits = model(images)
             logits = logits.float()
             n = labels.shape[0]

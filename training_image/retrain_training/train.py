@@ -99,15 +99,19 @@ def build_optimizer(args: argparse.Namespace, model: nn.Module) -> torch.optim.O
 def build_optimization(
     args: argparse.Namespace, model: nn.Module, *, steps_per_epoch: int
 ) -> engine.Optimization:
-    """The optimizer, a cosine schedule over the whole job and the loss scaler (AMP only on CUDA)."""
+    """The optimizer, a cosine schedule over the whole job, mixed precision (on CUDA only; float16 with a
+    loss scaler, bfloat16 without one: its range is float32's) and the batches' memory format."""
     device = next(model.parameters()).device
     use_amp = args.amp and device.type == "cuda"
+    amp_dtype = getattr(torch, args.amp_dtype)
     optimizer = build_optimizer(args, model)
     return engine.Optimization(
         optimizer=optimizer,
         scheduler=torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.epochs * steps_per_epoch),
-        scaler=torch.amp.GradScaler(device.type, enabled=use_amp),
+        scaler=torch.amp.GradScaler(device.type, enabled=use_amp and amp_dtype == torch.float16),
         use_amp=use_amp,
+        amp_dtype=amp_dtype,
+        memory_format=torch.channels_last if args.channels_last else torch.contiguous_format,
     )
 
 
@@ -168,7 +172,8 @@ def write_model(
         "arch": args.model,
         "labels": labels,
         "image_size": args.image_size,
-        "state_dict": engine.unwrap(model).state_dict(),
+        # NCHW whatever the training's memory format: the model's consumers see one layout
+        "state_dict": {k: v.contiguous() for k, v in engine.unwrap(model).state_dict().items()},
     }
     torch.save(artifact, paths.model_dir / contract.MODEL_FILE)
     (paths.model_dir / contract.LABELS_FILE).write_text(json.dumps(labels, indent=2) + "\n", encoding="utf-8")
@@ -290,6 +295,11 @@ def build_model(
         models.check_start_arch(start, args.model)
         models.load_pretrained(model, start.state, labels=labels, start_labels=start.labels)
     plant_fault(model, args.inject_fault)
+    if args.channels_last:
+        # NHWC convolutions on tensor cores; cuDNN picks the fastest algorithm for the fixed batch shape
+        torch.backends.cudnn.benchmark = device.type == "cuda"
+        placed = model.to(device)
+        return placed.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # stubs lack it
     return model.to(device)
 
 
@@ -333,6 +343,8 @@ def build_loaders(
         **common,
     )
     val_loader = loaders.build_loader(kind, dataset.validation, train=False, **common)
+    if args.prefetch_batches and isinstance(train_loader, batching.BatchLoader):
+        return batching.Prefetched(train_loader, args.prefetch_batches), val_loader
     return train_loader, val_loader
 
 
@@ -533,7 +545,13 @@ class EpochLoop:
         )
         debugger.eval_mode(self.hook)
         evaluation = engine.evaluate(
-            self.ddp_model, job.loss_fn, job.val_loader, job.context, use_amp=job.optimization.use_amp
+            self.ddp_model,
+            job.loss_fn,
+            job.val_loader,
+            job.context,
+            use_amp=job.optimization.use_amp,
+            amp_dtype=job.optimization.amp_dtype,
+            memory_format=job.optimization.memory_format,
         )
         metrics = {
             contract.METRIC_VAL_LOSS: evaluation.loss,
