@@ -108,7 +108,8 @@ def test_an_epoch_left_midway_stops_the_loader_s_thread(samples: list[data.Sampl
     assert not [t for t in threading.enumerate() if t.name == "dali-prefetch"]
     # AND the next epoch starts from its own first batch
     assert torch.equal(
-        next(iter(prefetched.epoch(1)))[1], next(iter(dali_loader.DaliLoader(samples, **options()).epoch(1)))[1]
+        next(iter(prefetched.epoch(1)))[1],
+        next(iter(dali_loader.DaliLoader(samples, **options()).epoch(1)))[1],
     )
 
 
