@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from retrain import managed_debugger
+from retrain.dev import regions
 from retrain.dev.template_model import load, resolved_resources
 from retrain.embedded.provisioning.sam import ProvisioningError
 
@@ -14,8 +15,10 @@ SAGEMAKER_REGIONS = managed_debugger.sagemaker_regions()
 @pytest.mark.parametrize("region", SAGEMAKER_REGIONS)
 def test_the_stack_resolves_in_every_region_that_offers_sagemaker(region: str) -> None:
     # GIVEN a region botocore's endpoint data lists for SageMaker
-    # WHEN the template is loaded there with its defaults (parameters, Rules, mappings, every intrinsic)
-    resources = resolved_resources(load(region=region))
+    # WHEN the template is loaded there with its defaults (parameters, Rules, mappings, every intrinsic),
+    # or with DataSource=s3 where CloudFormation offers no type of the defaults (an FSx file system)
+    parameters = {"DataSource": "s3"} if regions.missing_types(regions.DEFAULTS.parameters, region) else {}
+    resources = resolved_resources(load(parameters=parameters, region=region))
     # THEN nothing refuses it, and the state machine's rule image is the region's own
     definition = str(resources["TrainingStateMachine"]["Properties"]["DefinitionString"])
     assert f".dkr.ecr.{region}." in definition
