@@ -41,37 +41,52 @@ if TYPE_CHECKING:
 
 def job_name(training_job: str, step: int) -> str:
     digest = hashlib.sha1(training_job.encode(), usedforsecurity=False).hexdigest()[:10]
-    return f"rt-ckpt-{digest}-{step:09d}"
+    return f"{names.CHECKPOINT_EVAL_JOB_PREFIX}{digest}-{step:09d}"
+
+
+COUNTS, LAST_STEPS = "checkpoint_counts", "checkpoint_last_steps"
 
 
 def count_checkpoint(
-    dataset: str, run_id: str, training_job: str, *, config: Config, dynamodb: DynamoDBClient
-) -> int:
-    """The number of checkpoints of `training_job` seen so far (this one included)."""
-    response = dynamodb.update_item(
-        TableName=config.runs_table,
-        Key=serialize({names.RUNS_PK: dataset, names.RUNS_SK: run_id}),
-        UpdateExpression="ADD #counts.#job :one",
-        ConditionExpression="attribute_exists(#counts)",
-        ExpressionAttributeNames={"#counts": "checkpoint_counts", "#job": training_job},
-        ExpressionAttributeValues=serialize({":one": 1}),
-        ReturnValues="UPDATED_NEW",
-    )
-    return int(runs.deserialize(response["Attributes"])["checkpoint_counts"][training_job])
-
-
-def _count(dataset: str, run_id: str, training_job: str, *, config: Config, dynamodb: DynamoDBClient) -> int:
+    dataset: str, run_id: str, training_job: str, step: int, *, config: Config, dynamodb: DynamoDBClient
+) -> int | None:
+    """The number of checkpoints of `training_job` seen so far, this one included; None when a checkpoint
+    of that job at `step` or later was counted already: S3's Object Created event of a checkpoint may come
+    twice, or after a later one's (EventBridge delivers at least once, in no set order), and it counts once.
+    """
     try:
-        return count_checkpoint(dataset, run_id, training_job, config=config, dynamodb=dynamodb)
-    except dynamodb.exceptions.ConditionalCheckFailedException:
-        dynamodb.update_item(
+        response = dynamodb.update_item(
             TableName=config.runs_table,
             Key=serialize({names.RUNS_PK: dataset, names.RUNS_SK: run_id}),
-            UpdateExpression="SET #counts = if_not_exists(#counts, :empty)",
-            ExpressionAttributeNames={"#counts": "checkpoint_counts"},
-            ExpressionAttributeValues=serialize({":empty": {}}),
+            UpdateExpression="ADD #counts.#job :one SET #last.#job = :step",
+            ConditionExpression=(
+                "attribute_exists(#counts) AND attribute_exists(#last) "
+                "AND (attribute_not_exists(#last.#job) OR #last.#job < :step)"
+            ),
+            ExpressionAttributeNames={"#counts": COUNTS, "#last": LAST_STEPS, "#job": training_job},
+            ExpressionAttributeValues=serialize({":one": 1, ":step": step}),
+            ReturnValues="UPDATED_NEW",
         )
-        return count_checkpoint(dataset, run_id, training_job, config=config, dynamodb=dynamodb)
+    except dynamodb.exceptions.ConditionalCheckFailedException:
+        return None
+    return int(runs.deserialize(response["Attributes"])[COUNTS][training_job])
+
+
+def _count(
+    dataset: str, run_id: str, training_job: str, step: int, *, config: Config, dynamodb: DynamoDBClient
+) -> int | None:
+    counted = count_checkpoint(dataset, run_id, training_job, step, config=config, dynamodb=dynamodb)
+    if counted is not None:
+        return counted
+    # the maps first (a nested path needs its parent); then a failure means this step was counted
+    dynamodb.update_item(
+        TableName=config.runs_table,
+        Key=serialize({names.RUNS_PK: dataset, names.RUNS_SK: run_id}),
+        UpdateExpression="SET #counts = if_not_exists(#counts, :empty), #last = if_not_exists(#last, :empty)",
+        ExpressionAttributeNames={"#counts": COUNTS, "#last": LAST_STEPS},
+        ExpressionAttributeValues=serialize({":empty": {}}),
+    )
+    return count_checkpoint(dataset, run_id, training_job, step, config=config, dynamodb=dynamodb)
 
 
 def processing_request(
@@ -198,7 +213,7 @@ def _limit_reason(config: Config) -> str:
 
 
 def _not_due(
-    dataset: str, run_id: str, job: str, *, config: Config, dynamodb: DynamoDBClient
+    dataset: str, run_id: str, job: str, step: int, *, config: Config, dynamodb: DynamoDBClient
 ) -> dict[str, Any] | None:
     """Why this checkpoint starts no evaluation, or None once the run's count holds its place."""
     record = runs.get_run(dataset, run_id, table_name=config.runs_table, client=dynamodb)
@@ -207,7 +222,9 @@ def _not_due(
     limit = config.checkpoint_eval_max_per_run
     if int(record.get("checkpoint_evaluations_started", 0)) >= limit:
         return {"action": "skipped", "reason": _limit_reason(config)}
-    count = _count(dataset, run_id, job, config=config, dynamodb=dynamodb)
+    count = _count(dataset, run_id, job, step, config=config, dynamodb=dynamodb)
+    if count is None:
+        return {"action": "duplicate", "reason": f"step {step} of {job} was counted already"}
     if count % config.checkpoint_eval_every != 0:
         return {
             "action": "skipped",
@@ -236,7 +253,7 @@ def on_checkpoint(
     if detail.get("size") == 0:
         return {"action": "ignored", "reason": "an ended trial's checkpoint, emptied (job_ended.py)"}
     dataset, run_id, job, step = match["dataset"], match["run_id"], match["job"], int(match["step"])
-    skip = _not_due(dataset, run_id, job, config=config, dynamodb=dynamodb)
+    skip = _not_due(dataset, run_id, job, step, config=config, dynamodb=dynamodb)
     if skip is not None:
         return skip
     name = job_name(job, step)
@@ -286,11 +303,31 @@ def _not_started(name: str, key: str, error: CheckpointGoneError | ClientError) 
     raise error
 
 
+def job_tags(event: EventBridgeEvent, *, sagemaker: SageMakerClient) -> dict[str, str]:
+    """The ended Processing job's tags. Its state-change event has none (AWS's documented sample shows
+    `Tags` in the training, tuning, transform and endpoint events only), so they are read with ListTags on
+    the job's ARN: the event's `resources`, as EventBridge sends every event."""
+    arn = next(iter(event.resources), "") or str(event.detail.get("ProcessingJobArn", ""))
+    tags: dict[str, str] = {}
+    request: dict[str, Any] = {"ResourceArn": arn, "MaxResults": 50}
+    while True:
+        page = sagemaker.list_tags(**request)
+        tags.update({str(t["Key"]): str(t["Value"]) for t in page.get("Tags", [])})
+        if not page.get("NextToken"):
+            return tags
+        request["NextToken"] = page["NextToken"]
+
+
 def on_job_done(
-    event: EventBridgeEvent, *, config: Config, dynamodb: DynamoDBClient, s3: S3Client
+    event: EventBridgeEvent,
+    *,
+    config: Config,
+    dynamodb: DynamoDBClient,
+    s3: S3Client,
+    sagemaker: SageMakerClient,
 ) -> dict[str, Any]:
     detail = event.detail
-    tags = job_ended.event_tags(event)
+    tags = job_tags(event, sagemaker=sagemaker)
     dataset, run_id = tags.get(names.TAG_DATASET), tags.get(names.TAG_RUN_ID)
     training_job = tags.get(names.TAG_TRAINING_JOB)
     if not dataset or not run_id or not training_job or names.TAG_CHECKPOINT_STEP not in tags:
@@ -319,7 +356,11 @@ def on_job_done(
         table_name=config.runs_table,
         client=dynamodb,
     ):
-        return {"action": "not-recorded", "reason": f"the curve of run {run_id} is full or gone", **point}
+        return {
+            "action": "not-recorded",
+            "reason": f"the curve of run {run_id} is full or gone, or holds this job's point already",
+            **point,
+        }
     return {"action": "recorded", **point}
 
 
@@ -336,7 +377,7 @@ def evaluate_checkpoints(
         checkpoint = S3EventBridgeNotificationEvent(event.raw_event)
         return on_checkpoint(checkpoint, config=config, dynamodb=dynamodb, sagemaker=sagemaker, s3=s3)
     if kind == "SageMaker Processing Job State Change":
-        return on_job_done(event, config=config, dynamodb=dynamodb, s3=s3)
+        return on_job_done(event, config=config, dynamodb=dynamodb, s3=s3, sagemaker=sagemaker)
     if kind == "SageMaker Training Job State Change":
         return job_ended.on_training_job_ended(
             event, config=config, dynamodb=dynamodb, sagemaker=sagemaker, s3=s3

@@ -76,7 +76,10 @@ def on_execution_end(
         dataset, run_id, table_name=config.datasets_table, client=dynamodb, updates=updates
     )
     notified = False
-    if sns is not None and config.topic_arn and (unrecorded or status in ENDED_WITHOUT_CATCH):
+    # Announced by the delivery that closed the run (its event may come twice): a run that has a record is
+    # announced when it was still active; one without (it ended before Prepare wrote it), each time.
+    announce = unrecorded or (status in ENDED_WITHOUT_CATCH and record is None)
+    if sns is not None and config.topic_arn and announce:
         sns.publish(
             TopicArn=config.topic_arn,
             Subject=f"retrain {dataset}: run {run_id} {status.lower().replace('_', ' ')}"[:100],

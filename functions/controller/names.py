@@ -286,7 +286,10 @@ METRIC_RUNS_FAILED: Final = "RunsFailed"
 METRIC_CHECKPOINT_EVALS: Final = "CheckpointEvaluationsStarted"
 METRIC_STUCK_RUNS: Final = "StuckRuns"
 
-# Tags on checkpoint evaluation Processing jobs: how their completion event finds its run.
+# Tags on checkpoint evaluation Processing jobs: how their completion event finds its run. SageMaker's
+# processing-job events carry no tags (unlike its training and tuning ones): the handler reads them with
+# ListTags on the job's ARN, and the template's EvaluationsDone rule matches the jobs by this name prefix.
+CHECKPOINT_EVAL_JOB_PREFIX: Final = "rt-ckpt-"
 TAG_DATASET: Final = "retrain:dataset"
 TAG_RUN_ID: Final = "retrain:run-id"
 TAG_CHECKPOINT_STEP: Final = "retrain:checkpoint-step"

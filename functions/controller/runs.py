@@ -108,6 +108,8 @@ class RunRecord(TypedDict, total=False):
     challenger: Evaluation
     champion: Evaluation
     checkpoint_evaluations: list[CheckpointEvaluation]  # at most CheckpointEvaluationMaxPerRun points
+    checkpoint_evaluation_jobs: list[str]  # the evaluation jobs those points came from, each once
+    mlflow_children: dict[str, str]  # training job -> its MLflow child run, set once per job
     checkpoint_evaluations_started: int  # the run's checkpoint evaluation jobs, counted against that bound
     checkpoint_counts: dict[str, int]  # checkpoints seen per training job (every Nth is evaluated)
     gate: Gate
@@ -246,15 +248,18 @@ def _update_if(
     table_name: str,
     client: DynamoDBClient | None,
 ) -> bool:
-    """One UpdateItem of `field` (#f) of an existing record under `condition`; whether it was made."""
+    """One UpdateItem of `field` (#f; a "field.key" path: #f and its entry #k) of an existing record under
+    `condition`; whether it was made."""
     dynamodb = _client(client)
+    top, _, key = field.partition(".")
+    attribute_names = {"#f": top, "#sk": names.RUNS_SK, **({"#k": key} if key else {})}
     try:
         dynamodb.update_item(
             TableName=table_name,
             Key=serialize({names.RUNS_PK: dataset, names.RUNS_SK: run_id}),
             UpdateExpression=update,
             ConditionExpression=f"attribute_exists(#sk) AND {condition}",
-            ExpressionAttributeNames={"#f": field, "#sk": names.RUNS_SK},
+            ExpressionAttributeNames=attribute_names,
             ExpressionAttributeValues=serialize(values),
         )
     except dynamodb.exceptions.ConditionalCheckFailedException:
@@ -278,6 +283,40 @@ def set_once(
         field,
         update="SET #f = :v",
         condition="attribute_not_exists(#f)",
+        values={":v": value},
+        table_name=table_name,
+        client=client,
+    )
+
+
+def set_key_once(
+    dataset: str,
+    run_id: str,
+    field: str,
+    key: str,
+    value: str,
+    *,
+    table_name: str,
+    client: DynamoDBClient | None = None,
+) -> bool:
+    """Set entry `key` of the map `field` of an existing record unless it is set already (concurrent
+    callers: one wins); whether this call set it. The map is made first: a nested path needs its parent."""
+    _update_if(
+        dataset,
+        run_id,
+        field,
+        update="SET #f = if_not_exists(#f, :empty)",
+        condition="attribute_exists(#sk)",
+        values={":empty": {}},
+        table_name=table_name,
+        client=client,
+    )
+    return _update_if(
+        dataset,
+        run_id,
+        f"{field}.{key}",
+        update="SET #f.#k = :v",
+        condition="attribute_not_exists(#f.#k)",
         values={":v": value},
         table_name=table_name,
         client=client,
@@ -343,19 +382,36 @@ def append_checkpoint_evaluation(
     table_name: str,
     client: DynamoDBClient | None = None,
 ) -> bool:
-    """Add one point to the run's accuracy-against-step curve while it has fewer than `limit` points;
-    False when it is full (or the run has no record): the item never grows past `limit` points."""
+    """Add one point to the run's accuracy-against-step curve while it has fewer than `limit` points, once
+    per evaluation job (its end event may come twice); False when it is full, the job's point is there
+    already, or the run has no record: the item never grows past `limit` points."""
     dynamodb = _client(client)
     try:
         dynamodb.update_item(
             TableName=table_name,
             Key=serialize({names.RUNS_PK: dataset, names.RUNS_SK: run_id}),
-            UpdateExpression="SET #curve = list_append(if_not_exists(#curve, :empty), :point)",
-            ConditionExpression=(
-                "attribute_exists(#sk) AND (attribute_not_exists(#curve) OR size(#curve) < :limit)"
+            UpdateExpression=(
+                "SET #curve = list_append(if_not_exists(#curve, :empty), :point), "
+                "#jobs = list_append(if_not_exists(#jobs, :empty), :job)"
             ),
-            ExpressionAttributeNames={"#curve": "checkpoint_evaluations", "#sk": names.RUNS_SK},
-            ExpressionAttributeValues=serialize({":empty": [], ":point": [point], ":limit": limit}),
+            ConditionExpression=(
+                "attribute_exists(#sk) AND (attribute_not_exists(#curve) OR size(#curve) < :limit) "
+                "AND (attribute_not_exists(#jobs) OR NOT contains(#jobs, :name))"
+            ),
+            ExpressionAttributeNames={
+                "#curve": "checkpoint_evaluations",
+                "#jobs": "checkpoint_evaluation_jobs",
+                "#sk": names.RUNS_SK,
+            },
+            ExpressionAttributeValues=serialize(
+                {
+                    ":empty": [],
+                    ":point": [point],
+                    ":limit": limit,
+                    ":job": [point["job"]],
+                    ":name": point["job"],
+                }
+            ),
         )
     except dynamodb.exceptions.ConditionalCheckFailedException:
         return False

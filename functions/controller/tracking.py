@@ -198,32 +198,70 @@ def epoch_metrics(logs: CloudWatchLogsClient, job_name: str) -> list[Metric]:
     return sorted(points.values(), key=lambda m: (m.key, m.step))
 
 
-def log_training_job(
+CHILDREN = "mlflow_children"  # the run record's map (runs.RunRecord's): training job -> its child run
+
+
+def child_run(
     client: MlflowClient,
     *,
     experiment: str,
     parent: str,
     job: Mapping[str, Any],
-    history: Sequence[Metric],
+    config: Config,
+    dynamodb: DynamoDBClient,
+    run: tuple[str, str],
 ) -> str:
-    """A child run of `parent` for one ended training job (none if the job already has one)."""
+    """The child run of one ended training job of `run` (dataset, run id): the one the run record names,
+    else one made now (or left by an earlier delivery that failed before recording it) and recorded there
+    under a condition. Two deliveries of the job's end event at once both make one; the one whose record
+    loses deletes its own, so the job has one child however often its event comes."""
+    dataset, run_id = run
     name = str(job["TrainingJobName"])
-    existing = client.search_runs([experiment], filter_string=f"tags.`{TAG_JOB}` = '{name}'", max_results=1)
-    if existing and existing[0].info.status != "RUNNING":
-        return str(existing[0].info.run_id)
-    role = "trial" if job.get("TuningJobArn") else "final"
-    # A child left RUNNING (an earlier event's logging failed part way) is logged again and ended: the
-    # values are the same, so MLflow takes them again.
-    child = (
-        existing[0].info.run_id
-        if existing
+    recorded = _children(dataset, run_id, config=config, dynamodb=dynamodb).get(name)
+    if recorded:
+        return recorded
+    left = client.search_runs([experiment], filter_string=f"tags.`{TAG_JOB}` = '{name}'", max_results=1)
+    candidate = (
+        str(left[0].info.run_id)
+        if left
         else client.create_run(
             experiment,
             start_time=_millis(job.get("TrainingStartTime") or job.get("CreationTime")),
-            tags={TAG_PARENT: parent, TAG_JOB: name, TAG_ROLE: role},
+            tags={
+                TAG_PARENT: parent,
+                TAG_JOB: name,
+                TAG_ROLE: "trial" if job.get("TuningJobArn") else "final",
+            },
             run_name=name,
         ).info.run_id
     )
+    if runs.set_key_once(
+        dataset, run_id, CHILDREN, name, candidate, table_name=config.runs_table, client=dynamodb
+    ):
+        return candidate
+    if not left:
+        client.delete_run(candidate)  # another delivery of this event recorded its child first
+    return _children(dataset, run_id, config=config, dynamodb=dynamodb)[name]
+
+
+def _children(dataset: str, run_id: str, *, config: Config, dynamodb: DynamoDBClient) -> dict[str, str]:
+    record = runs.get_run(dataset, run_id, table_name=config.runs_table, client=dynamodb)
+    children = record.get("mlflow_children") if record is not None else None
+    return {str(job): str(child) for job, child in (children or {}).items()}
+
+
+def log_training_job(
+    client: MlflowClient,
+    child: str,
+    *,
+    job: Mapping[str, Any],
+    history: Sequence[Metric],
+) -> str:
+    """Log one ended training job into its child run and end it; nothing when it has ended already (a
+    later delivery of the job's event). A child left running (an earlier delivery's logging failed part
+    way) is logged again: the values are the same, and MLflow keeps each metric point once."""
+    if client.get_run(child).info.status != "RUNNING":
+        return child
     last_step = max((m.step for m in history), default=0)
     ended = _millis(job.get("TrainingEndTime") or job.get("LastModifiedTime")) or int(time.time() * 1000)
     seen = {m.key for m in history}
@@ -348,13 +386,16 @@ def on_training_job_ended(
     with _Warned(dataset, run_id, f"training job {name}", config=config, dynamodb=dynamodb) as result:
         parent = parent_run(client, dataset, run_id, config=config, dynamodb=dynamodb)
         job = dict(sagemaker.describe_training_job(TrainingJobName=name))
-        child = log_training_job(
+        child = child_run(
             client,
             experiment=experiment_id(client, dataset),
             parent=parent,
             job=job,
-            history=epoch_metrics(logs, name),
+            config=config,
+            dynamodb=dynamodb,
+            run=(dataset, run_id),
         )
+        log_training_job(client, child, job=job, history=epoch_metrics(logs, name))
         result.update(action="tracked", mlflow_run_id=child, parent=parent)
     return result
 

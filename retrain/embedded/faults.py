@@ -2,9 +2,10 @@
 
 One frozen config object, parsed from the demo's ``--fault`` options (``import-fails``,
 ``throttle[:N]``, ``resource-limit[:N]``, ``kill-checkpoint-write``, ``rule-finds-issues``,
-``loader-delay-ms:N``, ``vanishing-gradient``), kept in the stack's state directory and handed to the parts
-that act on it: the FSx emulation (a failed import task), the SageMaker emulator (CreateTrainingJob errors,
-a job killed while it writes a checkpoint) and, through hyperparameters, the container (a slow loader, which
+``loader-delay-ms:N``, ``vanishing-gradient``, ``duplicate-events``), kept in the stack's state directory
+and handed to the parts that act on it: the FSx emulation (a failed import task), the SageMaker emulator
+(CreateTrainingJob errors, a job killed while it writes a checkpoint), the emulated EventBridge (every
+event delivered twice, the copy late) and, through hyperparameters, the container (a slow loader, which
 the CPUBottleneck rule finds and the gate warns about, from the container's ``inject-loader-delay-ms``
 knob; a vanishing gradient, which the VanishingGradient rule finds and the gate blocks on, from its
 ``inject-fault`` knob).
@@ -13,6 +14,7 @@ knob; a vanishing gradient, which the VanishingGradient rule finds and the gate 
 from __future__ import annotations
 
 import json
+import random
 import threading
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -32,7 +34,12 @@ FAULT_NAMES: Final = (
     "rule-finds-issues",
     "loader-delay-ms:N",
     contract.FAULT_VANISHING_GRADIENT,
+    "duplicate-events",
 )
+# duplicate-events: EventBridge delivers each event a second time, this many seconds later (drawn for each
+# event): the copies arrive late and out of order with the events after them, as at-least-once delivery,
+# SageMaker's several events per state change and Lambda's retries of an asynchronous invocation do.
+REDELIVERY_SECONDS: Final = (0.5, 4.0)
 # A planted slow loader (the container sleeps this long per batch, and at least 4x the longest of its
 # last steps, so data wait is most of every step on any machine): the rule check's CPUBottleneck rule
 # (data wait > 50% of step time) fires. `rule-finds-issues:MS` sets another delay.
@@ -60,6 +67,7 @@ class Faults:
     kill_checkpoint_write: bool = False
     loader_delay_ms: int = 0
     training_fault: str = ""  # a contract.TRAINING_FAULTS value the container plants in itself
+    duplicate_events: bool = False
     _fired: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
@@ -83,6 +91,8 @@ class Faults:
                     values["loader_delay_ms"] = int(arg)
                 elif name == contract.FAULT_VANISHING_GRADIENT and not arg:
                     values["training_fault"] = name
+                elif name == "duplicate-events" and not arg:
+                    values["duplicate_events"] = True
                 else:
                     raise FaultSpecError(f"unknown fault {raw!r}; use one of: {', '.join(FAULT_NAMES)}")
             except ValueError as exc:
@@ -116,6 +126,18 @@ class Faults:
                 return False
             self._fired[key] = fired + 1
             return True
+
+    def redelivery_delay(self) -> float:
+        """Seconds until the second delivery of an event (the emulated EventBridge's hook); counted."""
+        with self._lock:
+            self._fired["redelivered"] = self._fired.get("redelivered", 0) + 1
+        return random.uniform(*REDELIVERY_SECONDS)
+
+    @property
+    def redelivered(self) -> int:
+        """Events delivered a second time so far."""
+        with self._lock:
+            return self._fired.get("redelivered", 0)
 
     # The SageMaker emulator's hooks (retrain.embedded.sagemaker.spot.SageMakerFaults).
     def create_training_job_error(self, job_name: str) -> str | None:

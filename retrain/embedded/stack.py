@@ -258,6 +258,7 @@ class EmbeddedStack:
                 fsx=self.fsx,
                 gate=self.gatekeeper,
                 on_execution_end=self._report_execution_end,
+                redelivery=self.faults.redelivery_delay if self.faults.duplicate_events else None,
             )
         )
         self._exit.enter_context(install_api(self.fsx))

@@ -4,7 +4,10 @@ SageMaker puts an ``aws.sagemaker`` event on the default bus each time a trainin
 job changes status; rules in the template react to them (checkpoint evaluations finishing, for one).
 :class:`JobEvents` stands in front of the SageMaker emulator (for Step Functions and the HTTP API alike),
 notes every job created through it, and a watcher thread describes those jobs and puts one event per
-status change, with the job's description as the detail and its tags as a map. The training jobs a
+status change, with the job's description as the detail and, for training and tuning jobs, its tags as a
+map: AWS's documented samples ("Events that Amazon SageMaker AI sends to Amazon EventBridge") show `Tags`
+in those events and not in the processing job's, so a rule or handler that needs a processing job's tags
+reads them with ListTags, as on AWS. The training jobs a
 tuning job launches are watched too, with the tuning job's tags ("Tags that you specify for the tuning
 job are also added to all training jobs that the tuning job launches", CreateHyperParameterTuningJob).
 """
@@ -42,6 +45,7 @@ KINDS: Final[dict[str, tuple[str, str, str, str]]] = {
     ),
 }
 TERMINAL: Final = frozenset({"Completed", "Failed", "Stopped"})
+TAGGED_EVENTS: Final = frozenset({"create_training_job", "create_hyper_parameter_tuning_job"})
 TRAINING: Final = "create_training_job"
 TUNING: Final = "create_hyper_parameter_tuning_job"
 
@@ -50,7 +54,8 @@ def state_change_event(kind: str, description: dict[str, Any], tags: list[dict[s
     """The PutEvents entry SageMaker sends for one status change of a job."""
     _, _, _, detail_type = KINDS[kind]
     detail = dict(to_sfn_json(description))
-    detail["Tags"] = {tag["Key"]: tag["Value"] for tag in tags}
+    if kind in TAGGED_EVENTS:
+        detail["Tags"] = {tag["Key"]: tag["Value"] for tag in tags}
     return {
         "Source": SOURCE,
         "DetailType": detail_type,

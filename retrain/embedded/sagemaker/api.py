@@ -51,6 +51,7 @@ REPLACED = (
     "describe_endpoint",
     "list_endpoints",
     "delete_endpoint",
+    "list_tags",
 )
 ADDED = (
     "stop_training_job",

@@ -40,6 +40,13 @@ from retrain.embedded.sagemaker.validation import (
     require,
 )
 
+# The resource types of a job ARN whose tags the emulator keeps, and the kind of record each is.
+_TAGGED_KINDS = {
+    "training-job": "training",
+    "processing-job": "processing",
+    "hyper-parameter-tuning-job": "tuning",
+}
+
 
 def _rejected_in_status(kind: str, status: str, operation: str) -> Exception:
     return validation(f"The request was rejected because the {kind} job is in status {status}.", operation)
@@ -183,6 +190,19 @@ class SageMakerEmulator:
         if record is None:
             raise validation(f"Could not find requested job with name {name}", operation)
         return responses.processing_description(record)
+
+    def list_tags(self, **request: Any) -> dict[str, Any]:
+        """A job's tags, as its create request gave them (SageMaker also tags a tuning job's trials with
+        the tuning job's). The jobs' state-change events carry no tags for processing jobs: the
+        checkpoint-evaluation function reads an ended evaluation's run and step here."""
+        operation = "ListTags"
+        arn = str(require(request, "ResourceArn", operation))
+        resource, _, name = arn.rsplit(":", 1)[-1].partition("/")
+        kind = _TAGGED_KINDS.get(resource)
+        record = self.jobs.snapshot(kind, name) if kind else None
+        if record is None:
+            raise validation(f"Could not find resource {arn}", operation)
+        return {"Tags": list(record["request"].get("Tags") or [])}
 
     def stop_processing_job(self, **request: Any) -> dict[str, Any]:
         operation = "StopProcessingJob"

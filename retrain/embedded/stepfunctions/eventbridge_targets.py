@@ -1,5 +1,7 @@
 """EventBridge rules with Lambda targets (moto raises for them): the function invoked asynchronously with
-the event or the target's Input / InputPath / InputTransformer, as EventBridge delivers it."""
+the event or the target's Input / InputPath / InputTransformer, as EventBridge delivers it. With the
+`duplicate-events` fault every matched event is delivered to every target a second time, late (what
+EventBridge's at-least-once delivery and Lambda's retries of an asynchronous invocation do)."""
 
 from __future__ import annotations
 
@@ -45,6 +47,17 @@ def patched_send_to_targets(original: Callable[..., None]) -> Callable[..., None
             # A rule without an event pattern is a schedule: EventBridge never hands it bus events
             # (moto's empty pattern matches every event). The embedded scheduler fires it.
             return
+        deliver(rule, original_event, transform_input)
+        delay = ACTIVE.redelivery() if ACTIVE.redelivery is not None else None
+        if delay is not None and rule.event_pattern.matches_event(original_event):
+            again = threading.Timer(
+                delay, deliver, args=(rule, copy.deepcopy(original_event), transform_input)
+            )
+            again.daemon = True
+            again.name = f"redelivery-{rule.name}"
+            again.start()
+
+    def deliver(rule: Any, original_event: Any, transform_input: bool) -> None:
         lambda_targets = [t for t in rule.targets if ":lambda:" in str(t.get("Arn", ""))]
         if lambda_targets and ACTIVE.lambda_invoker is not None:
             if rule.event_pattern.matches_event(original_event):

@@ -67,6 +67,7 @@ def installed(
     fsx: FsxService | None = None,
     gate: TaskGate | None = None,
     on_execution_end: Callable[[dict[str, Any]], None] | None = None,
+    redelivery: Callable[[], float | None] | None = None,
 ) -> Iterator[None]:
     """Patch moto in this process so Task states and Lambda invokes reach the embedded services (and, with a
     gate, act as the state machine's role)."""
@@ -106,7 +107,7 @@ def installed(
     communication: Any = BaseExecutionWorkerCommunication
     original_terminated = communication.terminated
     ACTIVE.lambda_invoker, ACTIVE.sagemaker, ACTIVE.fsx = lambda_invoker, sagemaker, fsx
-    ACTIVE.gate, ACTIVE.on_execution_end = gate, on_execution_end
+    ACTIVE.gate, ACTIVE.on_execution_end, ACTIVE.redelivery = gate, on_execution_end, redelivery
     communication.terminated = reporting_end(original_terminated)
     state_task_factory.state_task_service_for = service_for
     lambda_function.invoke = patched_lambda_invoke(original_invoke)
@@ -127,7 +128,7 @@ def installed(
             module.CustomErrorName = original
         execution_state._eval_state = original_eval_state
         communication.terminated = original_terminated
-        ACTIVE.on_execution_end = None
+        ACTIVE.on_execution_end = ACTIVE.redelivery = None
         for module, original_client in zip(client_modules, original_clients, strict=True):
             module.boto_client_for = original_client
         ACTIVE.lambda_invoker = ACTIVE.sagemaker = ACTIVE.fsx = ACTIVE.gate = None

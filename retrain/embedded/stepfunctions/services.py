@@ -51,6 +51,8 @@ class Installed:
     fsx: FsxService | None = None
     gate: TaskGate | None = None
     on_execution_end: Callable[[dict[str, Any]], None] | None = None
+    # The `duplicate-events` fault: seconds after which EventBridge delivers each event again, or None.
+    redelivery: Callable[[], float | None] | None = None
 
 
 ACTIVE = Installed()

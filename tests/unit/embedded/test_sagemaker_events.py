@@ -40,24 +40,41 @@ class _Events:
         return {"FailedEntryCount": 0}
 
 
-def test_each_status_change_of_a_created_job_is_one_event_with_tags_as_a_map() -> None:
+def test_each_status_change_of_a_processing_job_is_one_event_without_tags_as_sagemaker_sends_it() -> None:
+    # GIVEN a tagged processing job that runs, then completes, described twice at each status
     jobs, events = _Jobs(), _Events()
     proxy = JobEvents(jobs, events)
     proxy.create_processing_job(
         ProcessingJobName="eval-1", Tags=[{"Key": "retrain:checkpoint-step", "Value": "40"}]
     )
-
     proxy.publish_changes()
     proxy.publish_changes()
     jobs.status["eval-1"] = "Completed"
     proxy.publish_changes()
     proxy.publish_changes()
-
+    # THEN one event per status change, and no Tags in it: AWS's documented processing-job sample has
+    # none (tests/events/sagemaker_processing_job_state_change.json), unlike the training and tuning ones
     assert [e["DetailType"] for e in events.entries] == ["SageMaker Processing Job State Change"] * 2
     details = [json.loads(e["Detail"]) for e in events.entries]
     assert [d["ProcessingJobStatus"] for d in details] == ["InProgress", "Completed"]
-    assert details[1]["Tags"] == {"retrain:checkpoint-step": "40"}
+    assert all("Tags" not in d for d in details)
     assert events.entries[0]["Source"] == "aws.sagemaker"
+    assert events.entries[0]["Resources"] == [
+        "arn:aws:sagemaker:us-east-1:123456789012:processing-job/eval-1"
+    ]
+
+
+def test_a_training_jobs_event_carries_its_tags_as_a_map() -> None:
+    # GIVEN a tagged training job, as AWS's training-job sample shows its Tags
+    from retrain.embedded.events.sagemaker_jobs import state_change_event
+
+    event = state_change_event(
+        "create_training_job",
+        {"TrainingJobName": "t-1", "TrainingJobStatus": "Completed"},
+        [{"Key": "retrain:run-id", "Value": "r-1"}],
+    )
+    # THEN the detail holds them as a map
+    assert json.loads(event["Detail"])["Tags"] == {"retrain:run-id": "r-1"}
 
 
 def test_other_calls_pass_through_unwatched() -> None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -198,3 +200,29 @@ def freeze_run(aws: Aws, config: Any, state: dict[str, Any], work_dir: Any) -> d
             key = prefix + file.relative_to(local[path]).as_posix()
             aws.s3.put_object(Bucket=bucket, Key=key, Body=file.read_bytes())
     return dict(frozen.read_frozen(state, config=config, dynamodb=aws.dynamodb, s3=aws.s3))
+
+
+EVENTS = Path(__file__).resolve().parents[2] / "events"
+
+
+def processing_job_ended(
+    aws: Aws, name: str, status: str, tags: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A Processing job `name` that ended in `status`, as SageMaker sends its state change: the fields of
+    AWS's documented sample (tests/events/sagemaker_processing_job_state_change.json), no tags. With
+    `tags`, the job is created (tagged) on the moto account first, as the function's ListTags reads it."""
+    event = json.loads((EVENTS / "sagemaker_processing_job_state_change.json").read_text(encoding="utf-8"))
+    arn = f"arn:aws:sagemaker:us-east-1:123456789012:processing-job/{name}"
+    if tags is not None:
+        arn = aws.sagemaker.create_processing_job(
+            ProcessingJobName=name,
+            ProcessingResources={
+                "ClusterConfig": {"InstanceCount": 1, "InstanceType": "ml.m5.large", "VolumeSizeInGB": 30}
+            },
+            AppSpecification={"ImageUri": "123456789012.dkr.ecr.us-east-1.amazonaws.com/retrain:latest"},
+            RoleArn="arn:aws:iam::123456789012:role/retrain-sagemaker",
+            Tags=[{"Key": key, "Value": value} for key, value in tags.items()],
+        )["ProcessingJobArn"]
+    event["resources"] = [arn]
+    event["detail"].update(ProcessingJobName=name, ProcessingJobArn=arn, ProcessingJobStatus=status)
+    return dict(event)

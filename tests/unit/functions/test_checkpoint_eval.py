@@ -10,6 +10,7 @@ from botocore.exceptions import ClientError
 
 from controller import checkpoint_eval, names, runs
 from retrain_contract import container
+from tests.unit.functions.support import processing_job_ended
 
 DATASET, RUN = "flowers", "flowers-00001"
 
@@ -135,23 +136,17 @@ def test_a_full_processing_quota_leaves_the_checkpoint_unevaluated_and_the_place
     assert _record(aws)["checkpoint_evaluations_started"] == 0
 
 
-def _evaluation_failed(step: int) -> EventBridgeEvent:
-    return EventBridgeEvent(
-        {
-            "detail-type": "SageMaker Processing Job State Change",
-            "source": "aws.sagemaker",
-            "detail": {
-                "ProcessingJobName": checkpoint_eval.job_name("job-1", step),
-                "ProcessingJobStatus": "Failed",
-                "Tags": {
-                    names.TAG_DATASET: DATASET,
-                    names.TAG_RUN_ID: RUN,
-                    names.TAG_CHECKPOINT_STEP: str(step),
-                    names.TAG_TRAINING_JOB: "job-1",
-                },
-            },
-        }
-    )
+def _evaluation_failed(aws: Any, step: int) -> EventBridgeEvent:
+    """The failed evaluation's state change as SageMaker sends it (no tags: the job has them)."""
+    name = checkpoint_eval.job_name("job-1", step)
+    known = {j["ProcessingJobName"] for j in aws.sagemaker.list_processing_jobs()["ProcessingJobSummaries"]}
+    tags = {
+        names.TAG_DATASET: DATASET,
+        names.TAG_RUN_ID: RUN,
+        names.TAG_CHECKPOINT_STEP: str(step),
+        names.TAG_TRAINING_JOB: "job-1",
+    }
+    return EventBridgeEvent(processing_job_ended(aws, name, "Failed", None if name in known else tags))
 
 
 def test_the_runs_curve_holds_at_most_checkpoint_evaluation_max_per_run_points(aws, config):
@@ -159,7 +154,7 @@ def test_the_runs_curve_holds_at_most_checkpoint_evaluation_max_per_run_points(a
     _running_run(aws)
     cfg = _config(config, most=3)
     # WHEN five evaluations end (failures too, and repeated deliveries of an event)
-    results = [_handle(_evaluation_failed(step), aws, cfg) for step in (100, 200, 300, 300, 400)]
+    results = [_handle(_evaluation_failed(aws, step), aws, cfg) for step in (100, 200, 300, 300, 400)]
     # THEN the record keeps three points and says the others were not recorded
     assert [r["action"] for r in results] == ["recorded"] * 3 + ["not-recorded"] * 2
     assert [p["step"] for p in _record(aws)["checkpoint_evaluations"]] == [100, 200, 300]
@@ -343,3 +338,17 @@ def test_a_training_job_of_no_run_or_still_running_is_ignored(aws, config):
     untagged_event.raw_event["detail"]["Tags"] = {}
     untagged = _handle(untagged_event, aws, _config(config))
     assert (running["action"], untagged["action"]) == ("ignored", "ignored")
+
+
+def test_a_checkpoint_s_event_delivered_twice_or_late_counts_once(aws, config):
+    # GIVEN a running run evaluating every 2nd checkpoint
+    _running_run(aws)
+    cfg = _config(config, every=2)
+    step_50, step_100 = _write_checkpoint(aws, "job-1", 50), _write_checkpoint(aws, "job-1", 100)
+    # WHEN step 50's Object Created comes twice, then step 100's, then step 50's once more (late)
+    actions = [_handle(event, aws, cfg)["action"] for event in (step_50, step_50, step_100, step_50)]
+    # THEN the copies count for nothing: step 100 is the job's 2nd checkpoint and the one evaluated
+    assert actions == ["skipped", "duplicate", "started", "duplicate"]
+    assert _record(aws)["checkpoint_counts"] == {"job-1": 2}
+    jobs = aws.sagemaker.list_processing_jobs()["ProcessingJobSummaries"]
+    assert [j["ProcessingJobName"] for j in jobs] == [checkpoint_eval.job_name("job-1", 100)]

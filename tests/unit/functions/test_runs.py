@@ -64,13 +64,22 @@ def test_list_runs_is_newest_first_and_filters_by_dataset(aws):
 def test_checkpoint_evaluations_accumulate_as_a_curve(aws):
     # GIVEN a run
     runs.put_run(_record("flowers-0001", "t"), table_name=aws.runs_table, client=aws.dynamodb)
-    # WHEN two checkpoint evaluations complete
-    for step, top1 in ((50, 0.4), (100, 0.6)):
-        point: runs.CheckpointEvaluation = {"step": step, "top1": top1, "status": "Completed"}
-        runs.append_checkpoint_evaluation(
-            "flowers", "flowers-0001", point, limit=2, table_name=aws.runs_table, client=aws.dynamodb
+    # WHEN two checkpoint evaluations complete, the first one's end event delivered again late
+    added = []
+    for step, top1 in ((50, 0.4), (100, 0.6), (50, 0.4)):
+        point: runs.CheckpointEvaluation = {
+            "step": step,
+            "top1": top1,
+            "status": "Completed",
+            "job": f"rt-ckpt-0123456789-{step:09d}",
+        }
+        added.append(
+            runs.append_checkpoint_evaluation(
+                "flowers", "flowers-0001", point, limit=3, table_name=aws.runs_table, client=aws.dynamodb
+            )
         )
-    # THEN the run holds both points in order
+    # THEN the run holds both points in order, each once, though the curve had room for the repeat
+    assert added == [True, True, False]
     got = runs.get_run("flowers", "flowers-0001", table_name=aws.runs_table, client=aws.dynamodb)
     assert got is not None
     assert [(p["step"], p["top1"]) for p in got["checkpoint_evaluations"]] == [(50, 0.4), (100, 0.6)]

@@ -29,6 +29,7 @@ from tests.unit.functions.support import (
     freeze_run,
     function_environment,
     object_created,
+    processing_job_ended,
     sqs_event,
     template_settings,
 )
@@ -326,23 +327,16 @@ def test_finished_checkpoint_evaluations_of_two_trials_at_one_step_add_each_tria
             Key=prefix + "evaluation.json",
             Body=json.dumps({"top1": top1, "top3": 0.9}).encode(),
         )
-    # WHEN both state-change events arrive
+    # WHEN both state-change events arrive, as SageMaker sends them (the jobs hold the tags)
     for trial in scores:
+        tags = {
+            names.TAG_DATASET: "flowers",
+            names.TAG_RUN_ID: "flowers-00001",
+            names.TAG_CHECKPOINT_STEP: "100",
+            names.TAG_TRAINING_JOB: trial,
+        }
         event = EventBridgeEvent(
-            {
-                "detail-type": "SageMaker Processing Job State Change",
-                "source": "aws.sagemaker",
-                "detail": {
-                    "ProcessingJobName": checkpoint_eval.job_name(trial, 100),
-                    "ProcessingJobStatus": "Completed",
-                    "Tags": {
-                        names.TAG_DATASET: "flowers",
-                        names.TAG_RUN_ID: "flowers-00001",
-                        names.TAG_CHECKPOINT_STEP: "100",
-                        names.TAG_TRAINING_JOB: trial,
-                    },
-                },
-            }
+            processing_job_ended(aws, checkpoint_eval.job_name(trial, 100), "Completed", tags)
         )
         checkpoint_eval.evaluate_checkpoints(
             event, config=config, dynamodb=aws.dynamodb, sagemaker=aws.sagemaker, s3=aws.s3
@@ -620,6 +614,29 @@ def test_a_failure_the_flow_recorded_is_neither_changed_nor_announced_again(aws,
     )
     assert result == {"action": "not-held", "run_id": "flowers-00001", "notified": False}
     assert _notices(url) == []
+
+
+def test_a_timed_out_run_delivered_twice_is_closed_and_announced_once(aws, config):
+    # GIVEN a running run whose execution timed out (no state of the flow ran to record it)
+    from controller import execution_events
+
+    url = _subscribe(aws)
+    datasets.acquire("flowers", "flowers-00003", "t", table_name=aws.datasets_table, client=aws.dynamodb)
+    runs.put_run(
+        {"dataset": "flowers", "run_id": "flowers-00003", "status": "RUNNING"},
+        table_name=aws.runs_table,
+        client=aws.dynamodb,
+    )
+    # WHEN its end event comes twice (EventBridge delivers at least once)
+    event = _status_change("TIMED_OUT", "flowers-00003", "flowers")
+    results = [
+        execution_events.on_execution_end(event, config=config, dynamodb=aws.dynamodb, sns=aws.sns)
+        for _ in range(2)
+    ]
+    # THEN the first closes and announces it, the copy does neither
+    assert [r["notified"] for r in results] == [True, False]
+    assert [r["action"] for r in results] == ["released", "not-held"]
+    assert len(_notices(url)) == 1
 
 
 def test_a_stopped_execution_is_announced(aws, config):

@@ -255,8 +255,17 @@ def test_alarms_watch_the_dead_letter_queue_failed_runs_and_stuck_runs(template)
     assert {"ApproximateNumberOfMessagesVisible", "ExecutionsFailed", names.METRIC_STUCK_RUNS} <= metrics
 
 
+PSEUDO = {"AWS::Partition": "aws", "AWS::Region": "us-east-1", "AWS::AccountId": "123456789012"}
+
+
 def _filled(pattern: dict[str, Any], bucket: str) -> str:
-    return re.sub(r'\{"Ref": "[A-Za-z]+Bucket"\}', json.dumps(bucket), json.dumps(pattern))
+    """The pattern as CloudFormation renders it in us-east-1 of the test account, `bucket` for buckets."""
+    text = re.sub(r'\{"Ref": "[A-Za-z]+Bucket"\}', json.dumps(bucket), json.dumps(pattern))
+    return re.sub(
+        r'\{"Fn::Sub": "([^"]*)"\}',
+        lambda m: json.dumps(re.sub(r"\$\{([^}]+)\}", lambda p: PSEUDO[p.group(1)], m.group(1))),
+        text,
+    )
 
 
 def _event(detail_type: str, source: str, detail: dict[str, Any]) -> str:
@@ -274,27 +283,37 @@ def _event(detail_type: str, source: str, detail: dict[str, Any]) -> str:
     )
 
 
-def test_the_checkpoint_rules_match_checkpoints_and_tagged_evaluation_jobs_only(template):
+def test_the_checkpoint_rules_match_checkpoints_and_ended_evaluation_jobs_as_sagemaker_sends_them(template):
     from moto.events.models import EventPattern  # the matcher the emulated EventBridge applies
 
     rules = template["Resources"]["CheckpointEvaluationFunction"]["Properties"]["Events"]
     checkpoints = _filled(rules["Checkpoints"]["Properties"]["Pattern"], "artifacts")
     done = _filled(rules["EvaluationsDone"]["Properties"]["Pattern"], "artifacts")
 
-    def matches(pattern: str, event: str) -> bool:
-        return bool(EventPattern.load(pattern).matches_event(json.loads(event)))
+    def matches(pattern: str, event: str | dict[str, Any]) -> bool:
+        return bool(
+            EventPattern.load(pattern).matches_event(event if isinstance(event, dict) else json.loads(event))
+        )
 
     key = names.checkpoint_prefix("flowers", "flowers-00001") + "job/algo-1/ckpt-000000050.pt"
     created = {"bucket": {"name": "artifacts"}, "object": {"key": key}}
     elsewhere = {"bucket": {"name": "artifacts"}, "object": {"key": "runs/flowers/x/manifest/manifest.jsonl"}}
-    tagged = {"ProcessingJobStatus": "Completed", "Tags": {names.TAG_CHECKPOINT_STEP: "50"}}
-    untagged = {"ProcessingJobStatus": "Completed", "Tags": {}}
-    running = {"ProcessingJobStatus": "InProgress", "Tags": {names.TAG_CHECKPOINT_STEP: "50"}}
     assert matches(checkpoints, _event("Object Created", "aws.s3", created))
     assert not matches(checkpoints, _event("Object Created", "aws.s3", elsewhere))
-    assert matches(done, _event("SageMaker Processing Job State Change", "aws.sagemaker", tagged))
-    assert not matches(done, _event("SageMaker Processing Job State Change", "aws.sagemaker", untagged))
-    assert not matches(done, _event("SageMaker Processing Job State Change", "aws.sagemaker", running))
+    # GIVEN a checkpoint evaluation's end as SageMaker sends it: AWS's documented sample, which has no Tags
+    sample = json.loads(
+        (REPO / "tests" / "events" / "sagemaker_processing_job_state_change.json").read_text()
+    )
+    assert "Tags" not in sample["detail"]
+    ours = "arn:aws:sagemaker:us-east-1:123456789012:processing-job/" + names.CHECKPOINT_EVAL_JOB_PREFIX
+    assert sample["resources"][0].startswith(ours)
+    # THEN the rule matches it ended, not running, and not another processing job (the run's own evaluation)
+    assert matches(done, sample)
+    for status in ("Failed", "Stopped"):
+        assert matches(done, {**sample, "detail": {**sample["detail"], "ProcessingJobStatus": status}})
+    assert not matches(done, {**sample, "detail": {**sample["detail"], "ProcessingJobStatus": "InProgress"}})
+    other = "arn:aws:sagemaker:us-east-1:123456789012:processing-job/rt-1a2b3c4d-flowers-eval-new"
+    assert not matches(done, {**sample, "resources": [other]})
     # AND a checkpoint's copy (what an evaluation reads) starts no evaluation of its own
     copy = {
         "bucket": {"name": "artifacts"},

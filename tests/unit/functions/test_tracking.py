@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
@@ -186,9 +187,11 @@ def test_a_run_is_a_parent_with_a_child_per_training_job_and_its_outcome(aws, co
     parents = [r for r in every if tracking.TAG_PARENT not in r.data.tags]
     assert [p.info.run_id for p in parents] == [record["mlflow_run_id"]]
     parent = parents[0]
-    # AND a child per job, nested under it, with its role, hyperparameters and per-epoch history
+    # AND one child per job (tune-001's second event made none), nested under it, with its role,
+    # hyperparameters and per-epoch history
+    per_job = Counter(r.data.tags[tracking.TAG_JOB] for r in every if r.data.tags.get(tracking.TAG_PARENT))
+    assert per_job == {"final": 1, "tune-001": 1, "tune-002": 1}
     children = {r.data.tags[tracking.TAG_JOB]: r for r in every if r.data.tags.get(tracking.TAG_PARENT)}
-    assert sorted(children) == ["final", "tune-001", "tune-002"]
     assert {r.data.tags[tracking.TAG_PARENT] for r in children.values()} == {parent.info.run_id}
     assert [children[j].data.tags[tracking.TAG_ROLE] for j in ("tune-001", "final")] == ["trial", "final"]
     assert children["tune-001"].data.params == {"learning-rate": "0.001", "optimizer": "adamw"}
@@ -238,6 +241,34 @@ def test_two_events_racing_for_the_parent_leave_one(aws, config, mlflow_client, 
     assert parent == theirs[0]
     experiment = mlflow_client.get_experiment_by_name(f"retrain/{DATASET}")
     assert [r.info.run_id for r in mlflow_client.search_runs([experiment.experiment_id])] == theirs
+
+
+def test_two_deliveries_of_a_jobs_end_at_once_leave_one_child(aws, config, mlflow_client, monkeypatch):
+    # GIVEN a trial's end event delivered twice (EventBridge delivers at least once), the second copy
+    # handled entirely while the first is between looking for the job's child and making one
+    _finished_run(aws)
+    _log_job(boto3.client("logs", region_name="us-east-1"), "tune-001", [0.5, 0.7])
+    jobs = _SageMaker({"tune-001": _job("tune-001", trial=True, accuracy=0.7)})
+    real_create_run = mlflow_client.create_run
+    copies: list[dict[str, Any]] = []
+    delivered = []
+
+    def create_run(experiment_id: str, *args: Any, **kwargs: Any) -> Any:
+        if (kwargs.get("tags") or {}).get(tracking.TAG_JOB) == "tune-001" and not delivered:
+            delivered.append(True)
+            copies.append(_track_job(_job_ended("tune-001"), aws, config, mlflow_client, jobs))
+        return real_create_run(experiment_id, *args, **kwargs)
+
+    monkeypatch.setattr(mlflow_client, "create_run", create_run)
+    # WHEN the first copy goes on
+    first = _track_job(_job_ended("tune-001"), aws, config, mlflow_client, jobs)
+    # THEN both name the same child, the only one the job has, logged and ended
+    assert first["action"] == copies[0]["action"] == "tracked"
+    assert first["mlflow_run_id"] == copies[0]["mlflow_run_id"]
+    experiment = tracking.experiment_id(mlflow_client, DATASET)
+    found = mlflow_client.search_runs([experiment], filter_string=f"tags.`{tracking.TAG_JOB}` = 'tune-001'")
+    assert [r.info.run_id for r in found] == [first["mlflow_run_id"]]
+    assert found[0].info.status == "FINISHED"
 
 
 def test_an_unreachable_tracker_is_a_warning_in_the_run_record_not_an_error(aws, config, monkeypatch):
