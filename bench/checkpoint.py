@@ -28,21 +28,20 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "training_image"))
+import numpy as np
+import torch
+from PIL import Image
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from PIL import Image  # noqa: E402
-
-from retrain_contract import container as contract  # noqa: E402
-from retrain_training import (  # noqa: E402
+from retrain_contract import container as contract
+from retrain_training import (
     checkpoints,
     engine,
     loaders,
     models,
     train,
 )
+
+ROOT = Path(__file__).resolve().parent.parent
 
 DEFAULT_INTERVAL = int(str(contract.HYPERPARAMETER_DEFAULTS[contract.HP_CHECKPOINT_EVERY]))
 NUM_CLASSES = 10

@@ -25,18 +25,17 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "training_image"))
+import torch
+from torch import nn
 
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
-
-from retrain_contract import container as contract  # noqa: E402
-from retrain_training import (  # noqa: E402
+from retrain_contract import container as contract
+from retrain_training import (
     debugger,
     models,
     profiler,
 )
+
+ROOT = Path(__file__).resolve().parent.parent
 
 VARIANTS = ("baseline", "hook-default-interval", "hook-smdebug-registration", "hook-every-step", "profiler")
 

@@ -16,7 +16,6 @@ import logging
 import os
 import socket
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,15 +24,14 @@ from typing import Any
 import boto3
 from moto.server import ThreadedMotoServer
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench import results
+from retrain.embedded.account import ACCOUNT_ID, REGION
+from retrain.embedded.gatekeeper.gate import Gatekeeper
+from retrain.embedded.gatekeeper.iam.evaluator import Policy, PolicyEvaluator
+from retrain.embedded.gatekeeper.iam.principals import Principals
+from retrain.embedded.server import gated_moto_server
 
-from bench import results  # noqa: E402
-from retrain.embedded.account import ACCOUNT_ID, REGION  # noqa: E402
-from retrain.embedded.gatekeeper.gate import Gatekeeper  # noqa: E402
-from retrain.embedded.gatekeeper.iam.evaluator import Policy, PolicyEvaluator  # noqa: E402
-from retrain.embedded.gatekeeper.iam.principals import Principals  # noqa: E402
-from retrain.embedded.server import gated_moto_server  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 ROLE = f"arn:aws:iam::{ACCOUNT_ID}:role/bench"
 TABLE, BUCKET = "bench-runs", "bench-artifacts"

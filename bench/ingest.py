@@ -25,7 +25,6 @@ import os
 import random
 import socket
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -34,21 +33,20 @@ import boto3
 from moto.server import ThreadedMotoServer
 from PIL import Image
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "functions"), str(ROOT)]
-
-from bench import results  # noqa: E402
+from bench import results
 
 os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "Retrain")
 os.environ.setdefault("POWERTOOLS_SERVICE_NAME", "bench")
 os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "1")
 os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")
 
-from controller import ingest, names  # noqa: E402
-from controller.config import from_environ  # noqa: E402
-from controller.observability import metrics  # noqa: E402
-from retrain.dev import tables  # noqa: E402
-from retrain.dev.template_model import default_environment  # noqa: E402
+from controller import ingest, names
+from controller.config import from_environ
+from controller.observability import metrics
+from retrain.dev import tables
+from retrain.dev.template_model import default_environment
+
+ROOT = Path(__file__).resolve().parent.parent
 
 REGION, BUCKET, TABLE, DATASETS = "us-east-1", "bench-data", "bench-ledger", "bench-datasets"
 BATCH = 10

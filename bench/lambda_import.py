@@ -28,10 +28,9 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench import results
 
-from bench import results  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 TEMPLATE = ROOT / "template.yaml"
 REQUIREMENTS = ROOT / "functions" / "requirements.txt"

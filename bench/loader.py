@@ -31,19 +31,18 @@ from datetime import UTC, datetime
 from itertools import repeat
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "training_image"))
+import numpy as np
+import torch
+from PIL import Image
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from PIL import Image  # noqa: E402
-
-from retrain_training import (  # noqa: E402
+from retrain_training import (
     batching,
     data,
     loaders,
     models,
 )
+
+ROOT = Path(__file__).resolve().parent.parent
 
 ARCH = "resnet18"
 NUM_LABELS = 10

@@ -33,18 +33,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "functions"), str(ROOT / "contract"), str(ROOT / "training_image"), str(ROOT)]
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "Retrain")
 os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
 
-from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent  # noqa: E402
-from botocore.exceptions import ClientError  # noqa: E402
+from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent
+from botocore.exceptions import ClientError
 
-from bench import results  # noqa: E402
-from controller import checkpoint_eval, job_ended, names, runs  # noqa: E402
-from retrain_contract import container  # noqa: E402
+from bench import results
+from controller import checkpoint_eval, job_ended, names, runs
+from retrain_contract import container
+
+ROOT = Path(__file__).resolve().parent.parent
 
 # The control-plane tests' moto account (a `tests` package in site-packages shadows the project's).
 _spec = importlib.util.spec_from_file_location("support", ROOT / "tests/unit/functions/support.py")

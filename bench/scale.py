@@ -31,14 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "functions"), str(ROOT / "contract"), str(ROOT / "training_image"), str(ROOT)]
+from bench import results
+from controller import names
+from retrain.embedded.account import ACCOUNT_ID, REGION
+from retrain_contract import balance, container, ledger
+from retrain_training import freeze
 
-from bench import results  # noqa: E402
-from controller import names  # noqa: E402
-from retrain.embedded.account import ACCOUNT_ID, REGION  # noqa: E402
-from retrain_contract import balance, container, ledger  # noqa: E402
-from retrain_training import freeze  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 LABEL_LENGTH = 60
 IMAGE_BYTES = 150_000  # a photo's JPEG

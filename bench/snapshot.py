@@ -16,7 +16,6 @@ import logging
 import os
 import socket
 import statistics
-import sys
 import tempfile
 import time
 import urllib.request
@@ -26,11 +25,10 @@ from typing import Any
 import boto3
 from moto.server import ThreadedMotoServer
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench import results
+from retrain.embedded import snapshot
 
-from bench import results  # noqa: E402
-from retrain.embedded import snapshot  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 BUCKET = "bench-artifacts"
 TABLE = "bench-runs"

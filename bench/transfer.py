@@ -49,15 +49,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "training_image"))
-sys.path.insert(0, str(ROOT / "functions"))
-sys.path.insert(0, str(ROOT / "contract"))
+from bench import results
+from retrain import demo_data
+from retrain_contract import container as contract
 
-from bench import results  # noqa: E402
-from retrain import demo_data  # noqa: E402
-from retrain_contract import container as contract  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 EFFICIENTNET = contract.MODEL_EFFICIENTNET_LITE0
 HELD_OUT_LABEL = demo_data.LABELS[-1]  # the label the champion never saw

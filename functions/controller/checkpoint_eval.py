@@ -157,7 +157,7 @@ def processing_request(
         "ProcessingResources": {
             "ClusterConfig": {
                 "InstanceCount": 1,
-                "InstanceType": str(settings.get("evaluation_instance_type", "ml.m5.xlarge")),
+                "InstanceType": str(settings["evaluation_instance_type"]),
                 "VolumeSizeInGB": volume_gb,
             }
         },

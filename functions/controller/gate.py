@@ -144,7 +144,7 @@ def managed_rule_results(training_job: str, *, sagemaker: SageMakerClient) -> li
 def rule_results(
     run: dict[str, Any], model: dict[str, Any], *, s3: S3Client, sagemaker: SageMakerClient | None
 ) -> list[runs.RuleResult]:
-    mode = run.get("debugger_mode", "open")
+    mode = run["debugger_mode"]  # the stack's DebuggerMode, as Prepare wrote it into the run
     if mode == "open":
         uri = str(run["rules_s3_uri"]).rstrip("/") + "/" + container.RULE_RESULTS_FILE
         return list(read_json(uri, s3=s3, what=f"{container.RULE_RESULTS_FILE} of {run['jobs']['rules']}"))
