@@ -56,11 +56,16 @@ def test_the_job_reads_only_once_the_cut_is_the_fence_old():
     assert freeze.wait_for_fence(CUT, clock=lambda: cut + 60, sleep=slept.append) == 0 and len(slept) == 1
 
 
-def test_a_policy_that_is_not_json_fails_the_job_with_its_name(capsys, tmp_path):
-    code = freeze.main(
-        ["--table", "t", "--dataset", "pets", "--cut", CUT, "--policy", "{oops"], client=object()
-    )
+def test_a_policy_that_is_not_json_fails_the_job_with_its_name(caplog, tmp_path):
+    # GIVEN a --policy that is not JSON WHEN the job starts
+    with caplog.at_level("ERROR", logger=freeze.log.name):
+        code = freeze.main(
+            ["--table", "t", "--dataset", "pets", "--cut", CUT, "--policy", "{oops"], client=object()
+        )
+    # THEN it fails before reading anything, and its log names the option, the value and why
     assert code == freeze.EXIT_FAILED
+    [record] = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert record.getMessage().startswith("--policy '{oops' is not a balance policy: ")
 
 
 def test_the_validation_split_is_a_manifest_file_of_its_images_only(tmp_path):

@@ -113,11 +113,26 @@ def test_bad_requests_are_refused_with_a_status_and_what_to_send(
     assert words in refused.value.message
 
 
-def test_any_image_type_is_decoded_and_an_unserved_accept_is_refused(model_dir: Path) -> None:
+def test_any_image_type_is_decoded_and_an_unserved_accept_is_refused(model_dir: Path, tmp_path: Path) -> None:
+    # GIVEN a PNG (lossless: the pixels evaluate.py reads from the file are the ones sent)
     classifier = serving.model_fn(str(model_dir))
-    for fmt, content_type in (("PNG", "application/x-image"), ("PNG", "image/png; charset=binary")):
-        predictions = serving.predict_fn(serving.input_fn(image_bytes(2, fmt), content_type), classifier)
-        assert sum(p["probability"] for p in predictions) <= 1.0 + 1e-6
+    png = tmp_path / "image.png"
+    png.write_bytes(image_bytes(2, "PNG"))
+    logits = evaluate.predict(
+        evaluate.build(evaluate.load_artifact(model_dir, tmp_path), torch.device("cpu")),
+        [data.Sample(png, 0, png.name)],
+        image_size=IMAGE_SIZE,
+        batch_size=1,
+        num_workers=0,
+        device=torch.device("cpu"),
+    )
+    expected = torch.softmax(logits, dim=1)[0].topk(contract_serving.TOP_K)
+    # WHEN it is sent as a generic image and with its own type (and a parameter) THEN each answer is the
+    # model's on those pixels
+    for content_type in ("application/x-image", "image/png; charset=binary"):
+        predictions = serving.predict_fn(serving.input_fn(png.read_bytes(), content_type), classifier)
+        assert [p["label"] for p in predictions] == [LABELS[int(i)] for i in expected.indices]
+        assert [p["probability"] for p in predictions] == pytest.approx(expected.values.tolist(), abs=1e-5)
     body, media = serving.output_fn(predictions, "text/csv, application/json;q=0.5")
     assert media == contract_serving.RESPONSE_TYPE
     assert json.loads(body) == {contract_serving.PREDICTIONS_KEY: predictions}
