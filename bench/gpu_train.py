@@ -15,8 +15,10 @@ included. The synthetic ceiling times 40 steps after 15 warm-up steps. The defau
 Photo-like JPEGs of ImageNet sizes (500x375 to 640x480) are written first (bench.loader.write_jpegs).
 
 On the GPU machine (no project venv: the repository's folders on PYTHONPATH, DALI from
-../shared/gpu/dali_on_device.sh):
-    PYTHONPATH=training_image:contract:. python3 -m bench.gpu_train --out $OUT/gpu_train.md
+../shared/gpu/dali_on_device.sh, and EfficientNet-Lite's architecture, a pure-Python package, copied from
+the venv into an ignored folder the call carries, e.g. .device/site/efficientnet_lite_pytorch):
+    PYTHONPATH=training_image:contract:.:.device/site:$PYTHONPATH python3 -m bench.gpu_train \
+        --out $OUT/gpu_train.md
 Quick check anywhere (CPU, DALI's CPU pipeline): python -m bench.gpu_train --quick
 """
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import re
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from controller import names, runs, tracking
 from retrain import demo_data, predict
 from retrain.collect import read_json_object
 from retrain.demo import DEMO_PARAMETERS
-from retrain.embedded.faults import Faults
+from retrain.embedded.faults import REDELIVERY_SECONDS, Faults
 from retrain.embedded.mlflow_app import store_uri
 from retrain.embedded.sagemaker import INTERRUPTIONS_FIELD
 from retrain.local import connect_local
@@ -84,14 +85,17 @@ def test_an_upload_alone_runs_the_whole_flow_and_a_later_run_warm_starts_after_a
 ) -> None:
     # One test, one stack at a time (a module-scoped stack could outlive its tests beside other stacks'
     # tests under xdist): the first three checks read the same finished run.
+    # The first run's events come as EventBridge may deliver them: each twice, the copy late (the
+    # duplicate-events fault); the second run's once.
     with run_to_the_end(
         tmp_path / "state",
         Uploads(tmp_path / "images"),
-        Faults(),
+        Faults.parse(["duplicate-events"]),
         overrides=PRETRAINED,
         keep_state=True,
         before_upload=_put_weights,
     ) as happy:
+        _every_event_came_twice_and_each_counted_once(happy)
         _ends_registered_with_the_lock_released(happy)
         _started_from_the_stacks_pretrained_weights(happy)
         _tuning_ran_its_trials_two_at_a_time_each_resumed_after_a_spot_interruption(happy)
@@ -180,6 +184,9 @@ def _tracked_in_mlflow(finished: Finished, wait_seconds: float = 120.0) -> dict[
         if (parent is not None and parent.info.status != "RUNNING") or time.monotonic() > deadline:
             break
         time.sleep(2)
+    parent_count = Counter(
+        r.data.tags.get(tracking.TAG_RUN) for r in every if tracking.TAG_PARENT not in r.data.tags
+    )
     children: dict[str, list[Any]] = {}
     for run in every:
         if tracking.TAG_PARENT in run.data.tags:
@@ -191,7 +198,7 @@ def _tracked_in_mlflow(finished: Finished, wait_seconds: float = 120.0) -> dict[
         for runs_of in children.values()
         for run in runs_of
     }
-    return {"parents": parents, "children": children, "histories": histories}
+    return {"parents": parents, "parent_count": parent_count, "children": children, "histories": histories}
 
 
 def _every_run_trial_and_model_is_in_mlflow(
@@ -199,7 +206,7 @@ def _every_run_trial_and_model_is_in_mlflow(
 ) -> None:
     # One parent per run (the first run's outlived its stack), each named by its run record.
     parents = tracked["parents"]
-    assert set(parents) == {first["run_id"], later.record["run_id"]}
+    assert tracked["parent_count"] == {first["run_id"]: 1, later.record["run_id"]: 1}
     parent = parents[later.record["run_id"]]
     assert parent.info.run_id == later.record["mlflow_run_id"]
     assert "tracking_warnings" not in later.record
@@ -213,6 +220,8 @@ def _every_run_trial_and_model_is_in_mlflow(
     assert parent.data.tags[tracking.TAG_PACKAGE] == later.record["model_package_arn"]
     assert parent.data.metrics["challenger.top1"] == later.record["challenger"]["top1"]
     # A child per trial and one for the final job, each with its hyperparameters and per-epoch history.
+    per_job = Counter(c.data.tags[tracking.TAG_JOB] for c in tracked["children"][parent.info.run_id])
+    assert set(per_job.values()) == {1}, per_job  # one child per job: a second one would vanish below
     children = {c.data.tags[tracking.TAG_JOB]: c for c in tracked["children"][parent.info.run_id]}
     roles = sorted(c.data.tags[tracking.TAG_ROLE] for c in children.values())
     assert roles == ["final", "trial", "trial"]
@@ -301,6 +310,46 @@ def _every_role_was_authorised_and_none_was_refused(happy: Finished) -> None:
     assert {"IngestFunctionRole", "PrepareRunFunctionRole", "TrainingStateMachineRole"} <= decided
     assert "SageMakerExecutionRole" in decided
     assert happy.stack.gatekeeper.denied() == []
+
+
+def _every_event_came_twice_and_each_counted_once(happy: Finished) -> None:
+    """With every event delivered a second time 0.5-4 s late (uploads, jobs, checkpoints, the execution's
+    end), the run ends as with single delivery: one run of every upload, one package, each checkpoint
+    evaluation recorded once, one MLflow parent and one child per trial."""
+    stack, dynamodb = happy.stack, happy.stack.client("dynamodb")
+    table = happy.outputs[names.STACK_OUTPUTS["runs_table"]]
+    deadline = time.monotonic() + 120
+    record = happy.record
+    while names.RUN_TRACKING_DONE_AT not in record and time.monotonic() < deadline:
+        time.sleep(2)
+        record = runs.get_run(DATASET, record["run_id"], table_name=table, client=dynamodb) or record
+    time.sleep(max(REDELIVERY_SECONDS) + 4)  # the last copies arrive and are handled
+    record = runs.get_run(DATASET, record["run_id"], table_name=table, client=dynamodb) or record
+    assert stack.faults.redelivered > IMAGES
+    assert [r["run_id"] for r in runs.list_runs(table_name=table, dataset=DATASET, client=dynamodb)] == [
+        record["run_id"]
+    ]
+    assert record["manifest_size"] == IMAGES
+    group = record["model_package_arn"].rsplit("/", 1)[0].split(":model-package/", 1)[1]
+    packages = stack.client("sagemaker").list_model_packages(ModelPackageGroupName=group)
+    assert [p["ModelPackageArn"] for p in packages["ModelPackageSummaryList"]] == [
+        record["model_package_arn"]
+    ]
+    jobs = [point["job"] for point in record["checkpoint_evaluations"]]
+    assert jobs and len(jobs) == len(set(jobs)) and record["checkpoint_evaluation_jobs"] == jobs
+    client = MlflowClient(tracking_uri=store_uri(stack.state_dir))
+    experiment = client.get_experiment_by_name(tracking.experiment_name(DATASET))
+    assert experiment is not None
+    every = client.search_runs([experiment.experiment_id])
+    assert [r.info.run_id for r in every if tracking.TAG_PARENT not in r.data.tags] == [
+        record["mlflow_run_id"]
+    ]
+    trials = stack.client("sagemaker").list_training_jobs_for_hyper_parameter_tuning_job(
+        HyperParameterTuningJobName=record["tuning_job"]
+    )["TrainingJobSummaries"]
+    per_job = Counter(r.data.tags[tracking.TAG_JOB] for r in every if tracking.TAG_PARENT in r.data.tags)
+    assert per_job == {t["TrainingJobName"]: 1 for t in trials}
+    assert record["mlflow_children"].keys() == per_job.keys()
 
 
 def _ends_registered_with_the_lock_released(happy: Finished) -> None:

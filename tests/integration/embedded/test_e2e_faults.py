@@ -7,26 +7,14 @@ embedded stack per process).
 from __future__ import annotations
 
 import re
-import time
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from mlflow import MlflowClient
 
-from controller import names, runs, tracking
-from retrain.embedded.faults import REDELIVERY_SECONDS, Faults
-from retrain.embedded.mlflow_app import store_uri
+from retrain.embedded.faults import Faults
 from retrain.embedded.sagemaker import INTERRUPTIONS_FIELD
-from tests.integration.embedded.flow import (
-    DATASET,
-    IMAGES,
-    Finished,
-    Uploads,
-    lock_holder,
-    run_to_the_end,
-)
+from tests.integration.embedded.flow import Finished, Uploads, lock_holder, run_to_the_end
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -125,59 +113,3 @@ def test_an_injected_fault_ends_in_the_state_machines_state_with_the_lock_releas
         found = {r["rule"] for r in finished.record.get("rule_results", []) if r["status"] == "IssuesFound"}
         assert found_by <= found, finished.record.get("rule_results")
         fired(finished)
-
-
-def test_every_event_delivered_twice_late_and_out_of_order_ends_as_one_delivery(tmp_path: Path) -> None:
-    # GIVEN an emulated EventBridge that delivers every event (the uploads', SageMaker's jobs', Step
-    # Functions' execution's, the checkpoints') a second time 0.5-4 s later, as at-least-once delivery may
-    with run_to_the_end(
-        tmp_path / "state",
-        Uploads(tmp_path / "images"),
-        Faults.parse(["duplicate-events"]),
-        overrides={"Epochs": "3", "BlockingRules": ""},
-    ) as finished:
-        stack, record = finished.stack, finished.record
-        # WHEN the run has ended, and the last copies have had time to arrive
-        client = MlflowClient(tracking_uri=store_uri(stack.state_dir))
-        deadline = time.monotonic() + 120
-        while names.RUN_TRACKING_DONE_AT not in record and time.monotonic() < deadline:
-            time.sleep(2)
-            record = runs.get_run(DATASET, record["run_id"], table_name=_runs_table(finished),
-                                  client=stack.client("dynamodb")) or record  # fmt: skip
-        time.sleep(max(REDELIVERY_SECONDS) + 4)
-        record = runs.get_run(DATASET, record["run_id"], table_name=_runs_table(finished),
-                              client=stack.client("dynamodb")) or record  # fmt: skip
-        # THEN events were delivered twice (uploads, jobs, checkpoints, the execution's end: dozens) and
-        # the run ended as with single delivery: one run of every upload, one registered package
-        assert stack.faults.redelivered > IMAGES
-        assert record["status"] == "SUCCEEDED", record.get("failure")
-        every_run = runs.list_runs(
-            table_name=_runs_table(finished), dataset=DATASET, client=stack.client("dynamodb")
-        )
-        assert [r["run_id"] for r in every_run] == [record["run_id"]]
-        assert record["manifest_size"] == IMAGES
-        group = record["model_package_arn"].rsplit("/", 1)[0].split(":model-package/", 1)[1]
-        packages = stack.client("sagemaker").list_model_packages(ModelPackageGroupName=group)
-        assert [p["ModelPackageArn"] for p in packages["ModelPackageSummaryList"]] == [
-            record["model_package_arn"]
-        ]
-        # AND every checkpoint evaluation recorded once
-        jobs = [point["job"] for point in record["checkpoint_evaluations"]]
-        assert jobs and len(jobs) == len(set(jobs)) and record["checkpoint_evaluation_jobs"] == jobs
-        # AND in MLflow one parent for the run and one child per training job, under it
-        experiment = client.get_experiment_by_name(tracking.experiment_name(DATASET))
-        assert experiment is not None
-        every = client.search_runs([experiment.experiment_id])
-        parents = [r for r in every if tracking.TAG_PARENT not in r.data.tags]
-        assert [p.info.run_id for p in parents] == [record["mlflow_run_id"]]
-        trials = stack.client("sagemaker").list_training_jobs_for_hyper_parameter_tuning_job(
-            HyperParameterTuningJobName=record["tuning_job"]
-        )["TrainingJobSummaries"]
-        per_job = Counter(r.data.tags[tracking.TAG_JOB] for r in every if tracking.TAG_PARENT in r.data.tags)
-        assert per_job == {t["TrainingJobName"]: 1 for t in trials}
-        assert record["mlflow_children"].keys() == per_job.keys()
-        assert lock_holder(finished) is None
-
-
-def _runs_table(finished: Finished) -> str:
-    return finished.outputs[names.STACK_OUTPUTS["runs_table"]]
