@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -143,20 +144,35 @@ def test_a_changed_source_is_built_again_and_an_unchanged_one_is_not(
 def test_builds_of_one_root_at_once_wait_for_each_other_and_build_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # GIVEN a build that, once started, holds on until a second build of the same root has been asked for
     template = one_function(tmp_path / "fn", "ok")
     builds = count_builds(monkeypatch)
+    first_building, second_asked = threading.Event(), threading.Event()
+    counted = build._sam_build
+
+    def overlapping(*args: Any) -> Any:
+        first_building.set()
+        assert second_asked.wait(30), "the second build was never asked for"
+        time.sleep(0.5)  # the second call is inside build_functions by now
+        return counted(*args)
+
+    monkeypatch.setattr(build, "_sam_build", overlapping)
     results: list[FunctionBuild] = []
 
-    threads = [
-        threading.Thread(
-            target=lambda: results.append(build_functions(template, tmp_path, root=tmp_path / "b")["Fn"])
-        )
-        for _ in range(2)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
+    def run(signal: threading.Event | None) -> None:
+        if signal is not None:
+            signal.set()
+        results.append(build_functions(template, tmp_path, root=tmp_path / "b")["Fn"])
+
+    # WHEN two builds of that root run at once
+    first = threading.Thread(target=run, args=(None,))
+    first.start()
+    assert first_building.wait(120), "the first build never started"
+    second = threading.Thread(target=run, args=(second_asked,))
+    second.start()
+    for thread in (first, second):
         thread.join()
 
+    # THEN one `sam build` ran, and both got its result
     assert len(builds) == 1
     assert len(results) == 2 and results[0] == results[1]
