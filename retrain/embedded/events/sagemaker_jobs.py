@@ -46,6 +46,62 @@ KINDS: Final[dict[str, tuple[str, str, str, str]]] = {
 }
 TERMINAL: Final = frozenset({"Completed", "Failed", "Stopped"})
 TAGGED_EVENTS: Final = frozenset({"create_training_job", "create_hyper_parameter_tuning_job"})
+# The detail fields of AWS's documented sample of each event (FailureReason: "if the value of
+# TrainingJobStatus is Failed, the event contains the FailureReason field"); the rest of the job's
+# description is left out, as SageMaker leaves it out, so no handler can come to rely on it here.
+DOCUMENTED_FIELDS: Final[dict[str, frozenset[str]]] = {
+    "create_training_job": frozenset(
+        {
+            "TrainingJobName",
+            "TrainingJobArn",
+            "TrainingJobStatus",
+            "SecondaryStatus",
+            "FailureReason",
+            "HyperParameters",
+            "AlgorithmSpecification",
+            "RoleArn",
+            "InputDataConfig",
+            "OutputDataConfig",
+            "ResourceConfig",
+            "VpcConfig",
+            "StoppingCondition",
+            "CreationTime",
+            "TrainingStartTime",
+            "TrainingEndTime",
+            "LastModifiedTime",
+            "SecondaryStatusTransitions",
+        }
+    ),
+    "create_processing_job": frozenset(
+        {
+            "ProcessingInputs",
+            "ProcessingOutputConfig",
+            "ProcessingJobName",
+            "ProcessingResources",
+            "StoppingCondition",
+            "AppSpecification",
+            "NetworkConfig",
+            "RoleArn",
+            "ProcessingJobArn",
+            "ProcessingJobStatus",
+            "FailureReason",
+            "LastModifiedTime",
+            "CreationTime",
+        }
+    ),
+    "create_hyper_parameter_tuning_job": frozenset(
+        {
+            "HyperParameterTuningJobName",
+            "HyperParameterTuningJobArn",
+            "TrainingJobDefinition",
+            "HyperParameterTuningJobStatus",
+            "CreationTime",
+            "LastModifiedTime",
+            "TrainingJobStatusCounters",
+            "ObjectiveStatusCounters",
+        }
+    ),
+}
 TRAINING: Final = "create_training_job"
 TUNING: Final = "create_hyper_parameter_tuning_job"
 
@@ -53,7 +109,8 @@ TUNING: Final = "create_hyper_parameter_tuning_job"
 def state_change_event(kind: str, description: dict[str, Any], tags: list[dict[str, str]]) -> dict[str, Any]:
     """The PutEvents entry SageMaker sends for one status change of a job."""
     _, _, _, detail_type = KINDS[kind]
-    detail = dict(to_sfn_json(description))
+    documented = DOCUMENTED_FIELDS[kind]
+    detail = {k: v for k, v in dict(to_sfn_json(description)).items() if k in documented}
     if kind in TAGGED_EVENTS:
         detail["Tags"] = {tag["Key"]: tag["Value"] for tag in tags}
     return {

@@ -144,3 +144,21 @@ def test_the_trials_of_a_tuning_job_send_their_state_changes_with_the_tuning_job
         ("t-002", "Stopped"),
     ]
     assert all(d["Tags"] == {"retrain:run-id": "flowers-00001"} for d in trials)
+
+
+def test_an_events_detail_holds_the_fields_of_awss_sample_only() -> None:
+    # GIVEN a training job's full description, with fields AWS's documented event sample does not show
+    from retrain.embedded.events.sagemaker_jobs import DOCUMENTED_FIELDS, state_change_event
+
+    description = {
+        "TrainingJobName": "t-1",
+        "TrainingJobStatus": "Completed",
+        "TuningJobArn": "arn:aws:sagemaker:us-east-1:123456789012:hyper-parameter-tuning-job/x",
+        "ModelArtifacts": {"S3ModelArtifacts": "s3://b/model.tar.gz"},
+        "BillableTimeInSeconds": 12,
+    }
+    # WHEN its state change is put on EventBridge THEN only the sample's fields (and the tags) are in it:
+    # a handler must describe the job for the rest, as on AWS
+    detail = json.loads(state_change_event("create_training_job", description, [])["Detail"])
+    assert set(detail) == {"TrainingJobName", "TrainingJobStatus", "Tags"}
+    assert "TrainingJobArn" in DOCUMENTED_FIELDS["create_training_job"]
