@@ -34,6 +34,7 @@ HOSTS_ENV = "SM_HOSTS"
 CURRENT_HOST_ENV = "SM_CURRENT_HOST"
 JOB_NAME_ENV = "TRAINING_JOB_NAME"
 NUM_GPUS_ENV = "SM_NUM_GPUS"
+NUM_CPUS_ENV = "SM_NUM_CPUS"  # the instance's vCPUs, as the SageMaker training toolkit sets it
 # Training processes per host. Unset: one per GPU (SageMaker's SM_NUM_GPUS), one on a host without
 # GPUs; set it to run several CPU processes per host (tests) or to use fewer GPUs than the host has.
 PROCESSES_PER_HOST_ENV = "RETRAIN_PROCESSES_PER_HOST"
@@ -195,6 +196,9 @@ BATCHNORM_MODES = (BATCHNORM_TRAIN, BATCHNORM_FROZEN)
 # channel: the image installs them); any other value is a file in the pretrained channel.
 PRETRAINED_IMAGENET = "imagenet"
 LOADERS = ("torch", "dali", "auto")
+# num-workers: this value sizes the loader from the instance (SM_NUM_CPUS, shared by the host's training
+# processes): DataLoader workers leave one vCPU to their training process, DALI threads take all of it.
+NUM_WORKERS_AUTO = -1
 
 # Training losses are saved at least this often (the container's hook and the managed DebugHookConfig):
 # they are scalars, and LossNotDecreasing compares means of windows of them, where a window of single
@@ -261,7 +265,13 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
     Hyperparameter(HP_CHECKPOINT_EVERY, int, 50, "steps between checkpoints (0: epoch ends only)", minimum=0),
     Hyperparameter(HP_KEEP_CHECKPOINTS, int, 3, "newest checkpoints kept", minimum=1),
     Hyperparameter(HP_SEED, int, 0, "seed for weights, sample order and augmentations"),
-    Hyperparameter(HP_NUM_WORKERS, int, 2, "loader worker processes (torch) or threads (dali)", minimum=0),
+    Hyperparameter(
+        HP_NUM_WORKERS,
+        int,
+        NUM_WORKERS_AUTO,
+        f"loader worker processes (torch) or threads (dali); {NUM_WORKERS_AUTO}: from the instance's vCPUs",
+        minimum=NUM_WORKERS_AUTO,
+    ),
     Hyperparameter(
         HP_FREEZE_BACKBONE_EPOCHS, int, 0, "epochs that train only the classifier head", minimum=0
     ),

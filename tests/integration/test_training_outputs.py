@@ -31,7 +31,6 @@ HYPERPARAMETERS = {
     "batch-size": "8",
     "image-size": "32",
     "checkpoint-every-steps": "2",
-    "num-workers": "0",
     "freeze-backbone-epochs": "1",
     "debug-interval": "1",
     "profile-interval-ms": "100",

@@ -57,10 +57,8 @@ def validate_args(args: argparse.Namespace) -> None:
     """Each hyperparameter at or above the contract's minimum for it, and a valid crop scale."""
     for spec in contract.HYPERPARAMETERS:
         value = getattr(args, spec.name.replace("-", "_"))
-        if spec.minimum == 1 and value < 1:
-            raise ValueError(f"hyperparameter {spec.name} must be at least 1, got {value}")
-        if spec.minimum == 0 and value < 0:
-            raise ValueError(f"hyperparameter {spec.name} must not be negative, got {value}")
+        if spec.minimum is not None and value < spec.minimum:
+            raise ValueError(f"hyperparameter {spec.name} must be at least {spec.minimum}, got {value}")
     augment.check_crop_scale_min(args.crop_scale_min)
     if args.batchnorm == contract.BATCHNORM_FROZEN and not args.pretrained:
         raise ValueError(
@@ -324,12 +322,15 @@ def build_loaders(
 ) -> tuple[batching.Loader, batching.Loader]:
     """This rank's training and validation loaders; the training one passes `repeats` times over the
     training images in each epoch."""
+    workers = loaders.worker_count(args.num_workers, kind)
+    if args.num_workers == contract.NUM_WORKERS_AUTO:
+        log.info("%s loader: %d workers, sized from the instance's vCPUs", kind, workers)
     common = {
         "batch_size": args.batch_size,
         "image_size": args.image_size,
         "augment_load": args.augment_load,
         "seed": args.seed,
-        "num_workers": args.num_workers,
+        "num_workers": workers,
         "device": context.device,
         "rank": context.rank,
         "world_size": context.world_size,

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -7,6 +10,7 @@ import pytest
 import torch
 from PIL import Image
 
+from retrain_contract import container as contract
 from retrain_training import augment, batching, data, loaders
 from tests.unit.training.conftest import write_images
 
@@ -58,6 +62,86 @@ def test_augmentations_do_not_depend_on_worker_processes(samples: list[data.Samp
     inline = list(build(samples).epoch(1))
     workers = list(build(samples, num_workers=2).epoch(1))
     assert all(torch.equal(a[0], b[0]) for a, b in zip(inline, workers, strict=True))
+
+
+def test_worker_processes_persist_across_epochs_and_serve_each_epoch_as_in_process(
+    samples: list[data.Sample],
+) -> None:
+    # GIVEN one loader with two worker processes and an in-process one
+    inline, workers = build(samples), build(samples, num_workers=2)
+    assert isinstance(workers, loaders.TorchLoader)
+    # WHEN epoch 0 is left after one batch, then epochs 1 and 2 are read whole
+    next(iter(workers.epoch(0)))
+    first_pids = workers.worker_pids
+    epochs = {epoch: list(workers.epoch(epoch)) for epoch in (1, 2)}
+    # THEN the same two processes served every epoch (no fork per epoch)
+    assert len(first_pids) == 2
+    assert workers.worker_pids == first_pids
+    # AND each epoch's batches equal the in-process loader's, the abandoned epoch's leftovers dropped
+    for epoch, batches in epochs.items():
+        expected = list(inline.epoch(epoch))
+        assert len(batches) == len(expected) == 3
+        for (images, labels), (want_images, want_labels) in zip(batches, expected, strict=True):
+            assert torch.equal(images, want_images) and torch.equal(labels, want_labels)
+
+
+EXIT_MIDWAY = """
+import sys
+from pathlib import Path
+import torch
+from retrain_training import data, loaders
+samples = data.load_dataset(Path(sys.argv[1]), val_fraction=0.0).train
+loader = loaders.TorchLoader(samples, train=True, batch_size=4, image_size=16, augment_load=1, seed=0,
+                             num_workers=2, device=torch.device("cpu"))
+batches = loader.epoch(0)
+next(batches)
+print(len(loader.worker_pids), flush=True)
+"""
+
+
+def test_a_process_that_exits_with_an_epoch_midway_ends(samples: list[data.Sample]) -> None:
+    # GIVEN a process whose persistent workers (which ignore SIGTERM) are mid-epoch WHEN it exits
+    folder = samples[0].path.parent.parent
+    done = subprocess.run(
+        [sys.executable, "-c", EXIT_MIDWAY, str(folder)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    # THEN it ends at once, its workers stopped (before: it waited for them for ever)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "2"
+
+
+@pytest.mark.parametrize(
+    ("env", "torch_workers", "dali_threads"),
+    [
+        ({contract.NUM_CPUS_ENV: "4"}, 3, 4),  # ml.g5.xlarge: one vCPU left to the training process
+        ({contract.NUM_CPUS_ENV: "2"}, 1, 2),
+        ({contract.NUM_CPUS_ENV: "1"}, 1, 1),
+        ({contract.NUM_CPUS_ENV: "96", "LOCAL_WORLD_SIZE": "8"}, 11, 12),  # 8 GPUs share 96
+    ],
+)
+def test_auto_workers_are_this_process_s_share_of_the_instance_s_vcpus(
+    env: dict[str, str], torch_workers: int, dali_threads: int
+) -> None:
+    auto = contract.NUM_WORKERS_AUTO
+    assert loaders.worker_count(auto, "torch", env) == torch_workers
+    assert loaders.worker_count(auto, "dali", env) == dali_threads
+
+
+def test_workers_asked_for_are_kept_and_a_negative_count_is_refused() -> None:
+    env = {contract.NUM_CPUS_ENV: "16"}
+    assert loaders.worker_count(0, "torch", env) == 0
+    assert loaders.worker_count(5, "dali", env) == 5
+    with pytest.raises(ValueError, match="num-workers must be -1 \\(auto\\) or at least 0, got -2"):
+        loaders.worker_count(-2, "torch", env)
+
+
+def test_auto_workers_outside_sagemaker_count_the_cpus_this_process_may_use() -> None:
+    usable = len(os.sched_getaffinity(0))
+    assert loaders.worker_count(contract.NUM_WORKERS_AUTO, "dali", {}) == usable
 
 
 def test_epochs_see_different_orders_and_augmentations(samples: list[data.Sample]) -> None:
