@@ -7,9 +7,10 @@ scaler, NCHW, the loader in the step's thread) and with the recipe behind the ne
 machine's CPUs and on the default instance's 4 (`taskset`); next to the synthetic ceiling of the same
 model, batch and recipe (steps on one batch already on the GPU: no loading at all). Throughput is the
 second epoch's images per second from train.py's own metric line (its first epoch carries start-up and
-cuDNN's autotuning; the DataLoader is built again for the second, so its queue starts empty and what it
-prefetched during the first epoch is not counted); wall is the process's start to end, fixed costs
-included. The synthetic ceiling times 40 steps after 15 warm-up steps. The default matrix is 30 jobs
+cuDNN's autotuning; each epoch's loader queue starts empty, so nothing prepared during the first epoch
+is counted); wall is the process's start to end, and fixed is what train.py's phase line counts besides
+its training steps (start-up, data, model, loaders, the first step, validation, checkpoints, model
+write). The synthetic ceiling times 40 steps after 15 warm-up steps. The default matrix is 30 jobs
 (about 15 s each on an H100/H200: expect 8-9 minutes); --models narrows it.
 
 Photo-like JPEGs of ImageNet sizes (500x375 to 640x480) are written first (bench.loader.write_jpegs).
@@ -50,6 +51,7 @@ RECIPES = {
         contract.HP_PREFETCH_BATCHES: "2",
     },
 }
+FIXED_COST = re.compile(r"job phases \(s\): .*; fixed cost ([\d.]+) of ([\d.]+)")
 IMAGES_PER_SECOND = re.compile(r"epoch=(\d+) .*" + contract.metric_regex(contract.METRIC_IMAGES_PER_SECOND))
 DEFAULT_INSTANCE_CPUS = 4  # ml.g5.xlarge, the stack's default training instance
 CEILING_WARMUP, CEILING_STEPS = 15, 40
@@ -69,6 +71,7 @@ class Result:
     case: Case
     images_per_second: float
     wall_s: float
+    fixed_s: float  # train.py's phases besides its training steps
 
 
 def pythonpath() -> str:
@@ -113,8 +116,13 @@ def train(case: Case, data: Path, work: Path, args: argparse.Namespace) -> Resul
         for m in map(IMAGES_PER_SECOND.search, done.stdout.splitlines())
         if m
     }
-    result = Result(case, rates[max(rates)], wall)
-    print(f"{case}: {result.images_per_second:.0f} img/s, {wall:.0f} s", file=sys.stderr, flush=True)
+    fixed = [float(m.group(1)) for m in map(FIXED_COST.search, done.stderr.splitlines()) if m]
+    result = Result(case, rates[max(rates)], wall, fixed[-1])
+    print(
+        f"{case}: {result.images_per_second:.0f} img/s, {wall:.0f} s, fixed {result.fixed_s:.1f} s",
+        file=sys.stderr,
+        flush=True,
+    )
     return result
 
 
@@ -180,8 +188,8 @@ def cases(args: argparse.Namespace) -> list[Case]:
 
 def table(results: list[Result], ceilings: dict[tuple[str, str], float]) -> list[str]:
     lines = [
-        "| model | augment-load | recipe | CPUs | DataLoader img/s (wall s) | DALI img/s (wall s) "
-        "| synthetic img/s | DALI / DataLoader | DALI / synthetic |",
+        "| model | augment-load | recipe | CPUs | DataLoader img/s (wall s, fixed s) "
+        "| DALI img/s (wall s, fixed s) | synthetic img/s | DALI / DataLoader | DALI / synthetic |",
         "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     keys = sorted({(r.case.model, r.case.augment_load, r.case.recipe, r.case.cpus) for r in results})
@@ -195,7 +203,7 @@ def table(results: list[Result], ceilings: dict[tuple[str, str], float]) -> list
         ceiling_rate = ceilings[(model, recipe)]
 
         def cell(r: Result | None) -> str:
-            return f"{r.images_per_second:,.0f} ({r.wall_s:.0f})" if r else "—"
+            return f"{r.images_per_second:,.0f} ({r.wall_s:.0f}, {r.fixed_s:.0f})" if r else "—"
 
         ratio = f"{dali_r.images_per_second / torch_r.images_per_second:.2f}x" if dali_r and torch_r else "—"
         share = f"{dali_r.images_per_second / ceiling_rate:.0%}" if dali_r else "—"

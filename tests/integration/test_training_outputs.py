@@ -113,6 +113,38 @@ def test_every_metric_is_printed_in_a_line_tuning_can_parse(trained) -> None:  #
     assert [line for line in matched if not re.match(r"^epoch=\d+ step=\d+ [a-z0-9-]+: \S+$", line)] == []
 
 
+PHASES = re.compile(r"job phases \(s\): (?P<phases>.+); fixed cost (?P<fixed>[\d.]+) of (?P<total>[\d.]+)$")
+
+
+def test_the_job_logs_what_each_phase_cost_besides_its_training(trained) -> None:  # type: ignore[no-untyped-def]
+    _, _, result = trained
+    found = [m for line in result.stderr.splitlines() if (m := PHASES.search(line))]
+    assert len(found) == 1, result.stderr[-3000:]
+    phases = {
+        name: float(seconds)
+        for name, seconds in (part.rsplit(" ", 1) for part in found[0]["phases"].split(", "))
+    }
+    # every phase of a job, in the order it ran
+    assert list(phases) == [
+        "start-up",
+        "process group",
+        "data",
+        "model",
+        "loaders",
+        "resume",
+        "first step",
+        "checkpoints",
+        "validation",
+        "training",
+        "model write",
+    ]
+    assert all(seconds >= 0 for seconds in phases.values())
+    assert phases["start-up"] > 0.5  # the interpreter and torch's import, at least
+    fixed, total = float(found[0]["fixed"]), float(found[0]["total"])
+    assert fixed == pytest.approx(total - phases["training"], abs=0.02)
+    assert total == pytest.approx(sum(phases.values()), abs=0.02)
+
+
 def test_debugger_tensors_and_system_profile_are_written(trained) -> None:  # type: ignore[no-untyped-def]
     base, _, _ = trained
     assert any((base / "output" / "data" / contract.TENSORS_DIRNAME).rglob("*.tfevents"))

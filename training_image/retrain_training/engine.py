@@ -71,8 +71,10 @@ def train_one_epoch(
     device = context.device
     optimizer, scaler = optimization.optimizer, optimization.scaler
     epoch = progress.epoch
-    total = torch.zeros((), dtype=torch.float64)
-    window = torch.zeros((), dtype=torch.float64)
+    # The losses add up on the device: reading one back each step (.cpu()) would make the host wait
+    # for the GPU every step, so it could never queue the next step's kernels while this one runs.
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    window = torch.zeros((), dtype=torch.float64, device=device)
     steps = images_seen = window_steps = 0
     started = waited_from = time.perf_counter()
     for batch_images, batch_labels in loader.epoch(epoch, start_batch=progress.next_batch):
@@ -89,7 +91,7 @@ def train_one_epoch(
         scaler.step(optimizer)
         scaler.update()
         optimization.scheduler.step()
-        value = loss.detach().to(torch.float64).cpu()
+        value = loss.detach().to(torch.float64)
         total += value
         window += value
         window_steps += 1

@@ -7,9 +7,11 @@ is the one reader both use.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -175,3 +177,33 @@ def read_profile(profile_dir: Path) -> Profile:
     return Profile(
         system=_read_lines(Path(profile_dir) / SYSTEM_FILE), steps=_read_lines(Path(profile_dir) / STEPS_FILE)
     )
+
+
+class PhaseClock:
+    """Wall seconds per phase of a job, summed over its repeats: what the job costs besides its
+    training steps (start-up, data, model, the first step, validation, checkpoints, the model write)."""
+
+    TRAINING = "training"  # the steps after the first: the part that scales with the data
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def add(self, phase: str, seconds: float) -> None:
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + seconds
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(name, time.perf_counter() - started)
+
+    @property
+    def fixed_s(self) -> float:
+        return sum(s for name, s in self.seconds.items() if name != self.TRAINING)
+
+    def line(self) -> str:
+        phases = ", ".join(f"{name} {seconds:.2f}" for name, seconds in self.seconds.items())
+        total = sum(self.seconds.values())
+        return f"job phases (s): {phases}; fixed cost {self.fixed_s:.2f} of {total:.2f}"

@@ -16,10 +16,12 @@ import json
 import logging
 import pathlib
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import psutil
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
@@ -41,6 +43,11 @@ from retrain_training import (
 
 log = logging.getLogger("train")
 CHECKPOINT_VERSION = 1
+# The job's phases (profiler.PhaseClock) inside the epoch loop that are not its training steps.
+PHASE_FIRST_STEP = "first step"
+PHASE_VALIDATION = "validation"
+PHASE_CHECKPOINTS = "checkpoints"
+LOOP_PHASES = (PHASE_FIRST_STEP, PHASE_VALIDATION, PHASE_CHECKPOINTS)
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -228,17 +235,23 @@ def restore(
 
 
 def main(
-    args: argparse.Namespace, paths: contract.Paths, interruption: checkpoints.Interruption | None = None
+    args: argparse.Namespace,
+    paths: contract.Paths,
+    interruption: checkpoints.Interruption | None = None,
+    clock: profiler.PhaseClock | None = None,
 ) -> None:
-    """Train; `interruption` is the SIGTERM flag (installed by run() before anything slow starts)."""
+    """Train; `interruption` is the SIGTERM flag (installed by run() before anything slow starts),
+    `clock` the job's phases so far (run() counts the process's start-up)."""
     validate_args(args)
-    context = distributed.setup()
+    clock = clock or profiler.PhaseClock()
+    with clock.phase("process group"):
+        context = distributed.setup()
     try:
         if interruption is None:
             with checkpoints.Interruption() as installed:
-                _train(args, paths, context, installed)
+                _train(args, paths, context, installed, clock)
         else:
-            _train(args, paths, context, interruption)
+            _train(args, paths, context, interruption, clock)
     finally:
         distributed.teardown(context)
 
@@ -376,20 +389,29 @@ class Job:
         return len(self.dataset.train) * self.repeats
 
 
-def set_up(args: argparse.Namespace, paths: contract.Paths, context: distributed.Context) -> Job:
+def set_up(
+    args: argparse.Namespace,
+    paths: contract.Paths,
+    context: distributed.Context,
+    clock: profiler.PhaseClock | None = None,
+) -> Job:
     """Seed, data, model, loaders, optimizer and checkpoint store, in the order that fixes the seeded
     initial weights."""
+    clock = clock or profiler.PhaseClock()
     configure_determinism(args.seed, context.device)
-    dataset = load_data(args, paths)
+    with clock.phase("data"):
+        dataset = load_data(args, paths)
     repeats = data.repeats_for_steps(len(dataset.train), args.batch_size, args.epochs, args.min_steps)
     if repeats > 1:
         log.info(
             "each epoch passes %d times over the training images (min-steps %d)", repeats, args.min_steps
         )
-    model = build_model(args, paths, dataset.labels, context.device)
+    with clock.phase("model"):
+        model = build_model(args, paths, dataset.labels, context.device)
     kind = loaders.resolve_kind(args.loader, context.device)
-    train_loader, val_loader = build_loaders(args, dataset, context, kind, repeats=repeats)
-    optimization = build_optimization(args, model, steps_per_epoch=len(train_loader))
+    with clock.phase("loaders"):
+        train_loader, val_loader = build_loaders(args, dataset, context, kind, repeats=repeats)
+        optimization = build_optimization(args, model, steps_per_epoch=len(train_loader))
     # Rank 0 writes the checkpoints (the first host's directory) and resumes every rank from them.
     store = checkpoints.CheckpointStore(
         paths.checkpoint_dir / paths.job_name / paths.hosts[0], keep=args.keep_checkpoints
@@ -470,8 +492,11 @@ class EpochLoop:
         resumed: bool,
         interruption: checkpoints.Interruption,
         hook: debugger.Hook | None,
+        clock: profiler.PhaseClock | None = None,
     ) -> None:
         self.job = job
+        self.clock = clock or profiler.PhaseClock()
+        self.started: float | None = None  # when run() began; None again once the first step is timed
         self.progress = progress
         self.interruption = interruption
         self.hook = hook
@@ -484,16 +509,29 @@ class EpochLoop:
         )
 
     def run(self) -> None:
-        with self.profile if self.job.context.is_main else contextlib.nullcontext():
-            for epoch in range(self.progress.epoch, self.job.args.epochs):
-                self.epoch(epoch)
+        """The epochs; the clock gets the first step (loader start-up, first forward and backward) and
+        the rest of the loop's time besides validation and checkpoints as training."""
+        started = self.started = time.perf_counter()
+        before = sum(self.clock.seconds.get(name, 0.0) for name in LOOP_PHASES)
+        try:
+            with self.profile if self.job.context.is_main else contextlib.nullcontext():
+                for epoch in range(self.progress.epoch, self.job.args.epochs):
+                    self.epoch(epoch)
+        finally:
+            inside = sum(self.clock.seconds.get(name, 0.0) for name in LOOP_PHASES) - before
+            self.clock.add(profiler.PhaseClock.TRAINING, time.perf_counter() - started - inside)
 
     def save(self, current: engine.Progress) -> None:
         """Checkpoint `current` in the background (rank 0), unless it is the position last saved."""
-        job = self.job
         position = (current.epoch, current.next_batch, current.step)
         if position == self.saved:
             return
+        with self.clock.phase(PHASE_CHECKPOINTS):
+            self._save(current)
+        self.saved = position
+
+    def _save(self, current: engine.Progress) -> None:
+        job = self.job
         if job.context.is_main:
             state = checkpoint_state(
                 args=job.args,
@@ -506,7 +544,6 @@ class EpochLoop:
             )
             log.info("writing checkpoint %s", contract.checkpoint_name(current.step))
             job.store.save_async(current.step, state)
-        self.saved = position
 
     def stop(self, reason: str) -> None:
         """The interruption checkpoint is durable on rank 0 before any rank exits."""
@@ -517,6 +554,9 @@ class EpochLoop:
 
     def after_step(self, current: engine.Progress, data_wait_s: float, compute_s: float) -> None:
         context, every = self.job.context, self.job.args.checkpoint_every_steps
+        if self.started is not None:
+            self.clock.add(PHASE_FIRST_STEP, time.perf_counter() - self.started)
+            self.started = None
         if context.is_main:
             self.profile.step(current.step, data_wait_s, compute_s)
         if every and current.step % every == 0:
@@ -545,15 +585,16 @@ class EpochLoop:
             after_step=self.after_step,
         )
         debugger.eval_mode(self.hook)
-        evaluation = engine.evaluate(
-            self.ddp_model,
-            job.loss_fn,
-            job.val_loader,
-            job.context,
-            use_amp=job.optimization.use_amp,
-            amp_dtype=job.optimization.amp_dtype,
-            memory_format=job.optimization.memory_format,
-        )
+        with self.clock.phase(PHASE_VALIDATION):
+            evaluation = engine.evaluate(
+                self.ddp_model,
+                job.loss_fn,
+                job.val_loader,
+                job.context,
+                use_amp=job.optimization.use_amp,
+                amp_dtype=job.optimization.amp_dtype,
+                memory_format=job.optimization.memory_format,
+            )
         metrics = {
             contract.METRIC_VAL_LOSS: evaluation.loss,
             contract.METRIC_VAL_ACCURACY: evaluation.top1,
@@ -583,25 +624,34 @@ def _train(
     paths: contract.Paths,
     context: distributed.Context,
     interruption: checkpoints.Interruption,
+    clock: profiler.PhaseClock,
 ) -> None:
-    job = set_up(args, paths, context)
+    job = set_up(args, paths, context, clock)
     if context.is_main:
         write_training_facts(job)
-    resumed = resume(job)
+    with clock.phase("resume"):
+        resumed = resume(job)
     progress = resumed or engine.Progress()
     # The hook counts validation batches as steps too: one pass of val_loader per finished epoch.
     start = debugger.Position(progress.step, progress.epoch * len(job.val_loader))
     hook = debugger.attach(job.model, job.loss_fn, args, paths, start) if context.is_main else None
-    loop = EpochLoop(job, progress, resumed=resumed is not None, interruption=interruption, hook=hook)
+    loop = EpochLoop(
+        job, progress, resumed=resumed is not None, interruption=interruption, hook=hook, clock=clock
+    )
     loop.run()
-    job.store.close()
+    with clock.phase(PHASE_CHECKPOINTS):
+        job.store.close()
     debugger.close(hook)
     if context.is_main:
-        write_model(paths, args, job.model, job.labels, {**loop.summary, "steps": progress.step})
+        with clock.phase("model write"):
+            write_model(paths, args, job.model, job.labels, {**loop.summary, "steps": progress.step})
+        log.info(clock.line())
 
 
 def run(argv: Sequence[str] | None = None) -> int:
     """Parse, train, and turn every failure into SageMaker's failure file and a non-zero exit."""
+    clock = profiler.PhaseClock()
+    clock.add("start-up", time.time() - psutil.Process().create_time())  # interpreter and imports
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
@@ -613,7 +663,7 @@ def run(argv: Sequence[str] | None = None) -> int:
                 args, unknown = get_args_parser().parse_known_args(argv)
                 if unknown:
                     log.warning("ignoring unknown hyperparameters: %s", " ".join(unknown))
-                main(args, paths, interruption)
+                main(args, paths, interruption, clock)
         except checkpoints.Interrupted as stop:
             log.warning("%s; checkpoint written, exiting with %d", stop, contract.INTERRUPTED_EXIT_CODE)
             return contract.INTERRUPTED_EXIT_CODE
