@@ -3,7 +3,8 @@
 For each model and augment-load: train.py end to end (a subprocess as SageMaker runs it, 2 epochs, debug
 hook off) with the DataLoader and with DALI, with today's recipe (`baseline`: float16 AMP with a loss
 scaler, NCHW, the loader in the step's thread) and with the recipe behind the new hyperparameters
-(`new`: bfloat16, channels-last + cuDNN autotuning, 2 batches prepared by a loader thread), on all the
+(`new`: bfloat16, channels-last + cuDNN autotuning, 2 batches prepared by a loader thread, DALI fed by 2
+worker processes; `--set NAME=VALUE` adds any hyperparameter to every job, e.g. dali-decode=cpu), on all the
 machine's CPUs and on the default instance's 4 (`taskset`); next to the synthetic ceiling of the same
 model, batch and recipe (steps on one batch already on the GPU: no loading at all). Throughput is the
 second epoch's images per second from train.py's own metric line (its first epoch carries start-up and
@@ -49,6 +50,7 @@ RECIPES = {
         contract.HP_AMP_DTYPE: "bfloat16",
         contract.HP_CHANNELS_LAST: "true",
         contract.HP_PREFETCH_BATCHES: "2",
+        contract.HP_DALI_FEED_PROCESSES: "2",
     },
 }
 FIXED_COST = re.compile(r"job phases \(s\): .*; fixed cost ([\d.]+) of ([\d.]+)")
@@ -94,6 +96,7 @@ def train(case: Case, data: Path, work: Path, args: argparse.Namespace) -> Resul
         contract.HP_DEBUG_HOOK: "false",
         contract.HP_VAL_FRACTION: "0.05",
         **RECIPES[case.recipe],
+        **dict(setting.split("=", 1) for setting in args.set),
     }
     flags = [part for name, value in hyperparameters.items() for part in (f"--{name}", value)]
     command = [sys.executable, str(ROOT / "training_image" / contract.PROGRAM), *flags]
@@ -238,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--warmup", type=int, default=CEILING_WARMUP)
     parser.add_argument("--steps", type=int, default=CEILING_STEPS)
+    parser.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE", help="more hyperparameters")
     parser.add_argument("--quick", action="store_true", help="a minute on a CPU: the tool's own check")
     parser.add_argument("--out", type=Path, help="write the section here (and print it)")
     args = parser.parse_args(argv)

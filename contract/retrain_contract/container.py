@@ -236,6 +236,14 @@ HP_INJECT_FAULT = "inject-fault"
 HP_PREFETCH_BATCHES = "prefetch-batches"
 HP_AMP_DTYPE = "amp-dtype"
 HP_CHANNELS_LAST = "channels-last"
+HP_DALI_FEED_PROCESSES = "dali-feed-processes"
+HP_DALI_DECODE = "dali-decode"
+HP_DALI_HW_DECODER_LOAD = "dali-hw-decoder-load"
+# dali-decode: where DALI decodes and augments on a GPU instance: mixed (nvJPEG, the hardware JPEG decoder,
+# GPU operators) or cpu (libjpeg-turbo and CPU operators, the batch copied to the GPU): NVIDIA's
+# ResNet-50 examples' dali-gpu and dali-cpu. Without a GPU it is always cpu.
+DALI_DECODES = ("mixed", "cpu")
+DALI_HW_DECODER_LOAD = 0.65  # DALI's own default for decoders.image and decoders.image_slice
 AMP_DTYPES = ("float16", "bfloat16")
 # Training faults a job can plant in itself, for the rules to find (the rule benchmark, the fault tests):
 # vanishing-gradient: the images reach the model as zeros (a loader that delivers blank tensors), so its
@@ -298,6 +306,22 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
     ),
     Hyperparameter(
         HP_CHANNELS_LAST, bool, False, "model and batches in channels-last memory, cuDNN autotuning (GPU)"
+    ),
+    Hyperparameter(
+        HP_DALI_FEED_PROCESSES,
+        int,
+        0,
+        "dali: processes that read files and draw augmentations (parallel external source); 0: a thread",
+        minimum=0,
+    ),
+    Hyperparameter(
+        HP_DALI_DECODE, str, "mixed", "dali on a GPU: decode and augment there, or on the CPU", DALI_DECODES
+    ),
+    Hyperparameter(
+        HP_DALI_HW_DECODER_LOAD,
+        float,
+        DALI_HW_DECODER_LOAD,
+        "dali: share of JPEGs for the GPU's hardware decoder (mixed)",
     ),
     Hyperparameter(HP_VAL_FRACTION, float, 0.2, "share of images hashed into validation"),
     Hyperparameter(HP_DEBUG_HOOK, bool, True, "save Debugger tensors"),

@@ -91,6 +91,11 @@ class LoaderOptions(TypedDict):
     world_size: NotRequired[int]
     delay_ms: NotRequired[int]
     crop_scale_min: NotRequired[float]
+    # DALI only (dali_loader.py): worker processes of its parallel external source, where it decodes and
+    # augments on a GPU (mixed or cpu), and the hardware JPEG decoder's share
+    feed_processes: NotRequired[int]
+    dali_decode: NotRequired[str]
+    hw_decoder_load: NotRequired[float]
 
 
 class BatchLoader:

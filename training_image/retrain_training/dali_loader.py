@@ -22,6 +22,7 @@ culprits in `skipped` (path, reason), rebuilds the pipeline and feeds the same b
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
 from collections import deque
@@ -39,12 +40,18 @@ from nvidia.dali.plugin.pytorch import feed_ndarray
 from nvidia.dali.types import DALIDataType, DALIImageType
 from PIL import Image, UnidentifiedImageError
 
+from retrain_contract import container as contract
 from retrain_training import augment, batching, data
 
 log = logging.getLogger(__name__)
 
 KIND = "dali"
 PREFETCH_DEPTH = 2
+# dali-decode (contract.DALI_DECODES): mixed decodes with nvJPEG and augments with GPU operators; cpu uses
+# libjpeg-turbo and CPU operators on the pipeline's threads and copies the batch to the GPU.
+DECODE_MIXED, DECODE_CPU = contract.DALI_DECODES
+DECODES = contract.DALI_DECODES
+DEFAULT_HW_DECODER_LOAD = contract.DALI_HW_DECODER_LOAD
 # external_source columns. Train: encoded, crop anchor (x, y), crop shape (w, h), flips, angles.
 # Eval: encoded, resized size (h, w), crop anchor (x, y).
 TRAIN_COLUMNS = (
@@ -102,11 +109,129 @@ class _Item:
     angles: np.ndarray
 
 
+@dataclass(frozen=True)
+class Recipe:
+    """What a sample's operator arguments depend on besides the sample and its position."""
+
+    train: bool
+    seed: int
+    epoch: int
+    image_size: int
+    augment_load: int
+    crop_scale_min: float
+
+
+def make_item(
+    recipe: Recipe, sample: data.Sample, encoded: np.ndarray, size: tuple[int, int], position: int
+) -> _Item:
+    """The sample's operator arguments: its augmentation draws (training) or its resize and center
+    crop (evaluation)."""
+    width, height = size
+    if recipe.train:
+        seed = data.sample_seed(recipe.seed, recipe.epoch, position)
+        rng = np.random.Generator(np.random.PCG64(seed))
+        aug = draw_augmentation(width, height, recipe.augment_load, rng, recipe.crop_scale_min)
+        left, top, right, bottom = aug.box
+        return _Item(
+            sample,
+            encoded,
+            (np.array([left, top], np.float32), np.array([right - left, bottom - top], np.float32)),
+            np.array(aug.flips, np.int32),
+            np.array(aug.angles, np.float32),
+        )
+    (resized_w, resized_h), (left, top) = eval_geometry(width, height, recipe.image_size)
+    return _Item(
+        sample,
+        encoded,
+        (np.array([resized_h, resized_w], np.float32), np.array([left, top], np.int32)),
+        np.zeros(0, np.int32),
+        np.zeros(0, np.float32),
+    )
+
+
 def read_encoded(path: Path) -> tuple[np.ndarray, tuple[int, int]]:
     """The file's bytes and (width, height) from its header; raises OSError or ValueError when bad."""
     encoded = path.read_bytes()
     with Image.open(io.BytesIO(encoded)) as image:
         return np.frombuffer(encoded, dtype=np.uint8), image.size
+
+
+class ParallelFeed:
+    """The external source's callback in DALI's worker processes (`parallel=True`, `batch_info=True`,
+    `dali-feed-processes` > 0): batch `info.iteration` of epoch `first_epoch + info.epoch_idx` (a
+    pipeline reset after StopIteration starts DALI's next epoch), from the first epoch's
+    `first_batch` on. It reads the files, parses their headers and draws the augmentations as the
+    loader's own feed does, so batches, order and draws are the same; it holds only what pickles
+    (DALI starts the workers with `spawn`), and a column of each batch's sample indices tells the
+    loader which samples came through (labels, and the files skipped for a bad header)."""
+
+    def __init__(self, loader: DaliLoader, first_epoch: int, first_batch: int) -> None:
+        self.samples = loader.samples
+        self.recipe = loader._recipe(first_epoch)
+        self.batch_size, self.rank, self.world_size = loader.batch_size, loader.rank, loader.world_size
+        self.first_epoch, self.first_batch = first_epoch, first_batch
+        self.skipped = frozenset(loader.skipped)
+        self._plans: dict[int, tuple[list[list[int]], dict[int, int]]] = {}
+
+    def plan(self, epoch: int) -> tuple[list[list[int]], dict[int, int]]:
+        """The epoch's batches for this rank (sample indices) and each sample's position in the order."""
+        if epoch not in self._plans:
+            recipe = self.recipe
+            order = data.epoch_order(len(self.samples), recipe.seed, epoch) if recipe.train else None
+            order = order if order is not None else list(range(len(self.samples)))
+            batches = data.rank_batches(
+                order, self.batch_size, train=recipe.train, rank=self.rank, world_size=self.world_size
+            )
+            self._plans = {epoch: (batches, {index: position for position, index in enumerate(order)})}
+        return self._plans[epoch]
+
+    def __call__(self, info: Any) -> tuple[list[np.ndarray], ...]:
+        epoch = self.first_epoch + info.epoch_idx
+        number = info.iteration + (self.first_batch if info.epoch_idx == 0 else 0)
+        batches, positions = self.plan(epoch)
+        if number >= len(batches):
+            raise StopIteration
+        recipe = dataclasses.replace(self.recipe, epoch=epoch)
+        items: list[tuple[int, _Item]] = []
+        for index in batches[number]:
+            sample = self.samples[index]
+            if str(sample.path) in self.skipped:
+                continue
+            try:
+                encoded, size = read_encoded(sample.path)
+            except (OSError, ValueError, UnidentifiedImageError, Image.DecompressionBombError):
+                continue  # the loader sees it missing from the index column and records why
+            items.append((index, make_item(recipe, sample, encoded, size, positions[index])))
+        if not items:
+            raise data.DataError(
+                f"no image of batch {number} can be decoded; remove the undecodable files from the data set"
+            )
+        return _columns(recipe.train, [item for _, item in items], [index for index, _ in items])
+
+
+def _columns(
+    train: bool, items: Sequence[_Item], indices: Sequence[int] | None
+) -> tuple[list[np.ndarray], ...]:
+    """The external source's columns of a batch (TRAIN_COLUMNS or EVAL_COLUMNS, then the indices)."""
+    columns: list[list[np.ndarray]] = [
+        [item.encoded for item in items],
+        [item.region[0] for item in items],
+        [item.region[1] for item in items],
+    ]
+    if train:
+        columns += [[item.flips for item in items], [item.angles for item in items]]
+    if indices is not None:
+        columns.append([np.array([index], np.int64) for index in indices])
+    return tuple(columns)
+
+
+def _header_error(path: Path) -> str:
+    """Why `read_encoded` refuses the file (it is read again: rare, and only for a skipped file)."""
+    try:
+        read_encoded(path)
+    except (OSError, ValueError, UnidentifiedImageError, Image.DecompressionBombError) as error:
+        return f"{type(error).__name__}: {error}"
+    return "unreadable when it was fed"
 
 
 class DaliLoader(batching.BatchLoader):
@@ -119,6 +244,16 @@ class DaliLoader(batching.BatchLoader):
         if self.augment_load < 1 and self.train:
             raise ValueError(f"augment-load must be at least 1, got {self.augment_load}")
         self.num_threads = max(1, self.num_workers)
+        self.feed_processes = options.get("feed_processes", 0)
+        self.decode = options.get("dali_decode", DECODE_MIXED)
+        self.hw_decoder_load = options.get("hw_decoder_load", DEFAULT_HW_DECODER_LOAD)
+        if self.feed_processes < 0:
+            raise ValueError(f"dali-feed-processes must not be negative, got {self.feed_processes}")
+        if self.decode not in DECODES:
+            raise ValueError(f"dali-decode must be one of {', '.join(DECODES)}, got {self.decode!r}")
+        if not 0.0 <= self.hw_decoder_load <= 1.0:
+            raise ValueError(f"dali-hw-decoder-load must be between 0 and 1, got {self.hw_decoder_load}")
+        self._next: tuple[int, int] | None = None  # (epoch, batch) a parallel pipeline's feed is at
         self.skipped: dict[str, str] = {}  # path -> why DALI could not use it
         self._pipe: Pipeline | None = None
         self._epoch = 0
@@ -128,6 +263,9 @@ class DaliLoader(batching.BatchLoader):
 
     def epoch(self, epoch: int, start_batch: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         self.delay.start_epoch()
+        if self.feed_processes:
+            yield from self._parallel_epoch(epoch, start_batch)
+            return
         order = self.order(epoch)
         batches = data.rank_batches(
             order, self.batch_size, train=self.train, rank=self.rank, world_size=self.world_size
@@ -169,6 +307,67 @@ class DaliLoader(batching.BatchLoader):
             else:
                 self._pipe = None  # stopped mid-epoch: prefetched batches must not leak into the next
 
+    def _parallel_epoch(self, epoch: int, start_batch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """An epoch fed by DALI's worker processes (ParallelFeed). The pipeline and its workers carry
+        over to the next epoch when this one ran to its end and the next starts where its feed is."""
+        key = epoch if self.train else 0  # evaluation's batches do not depend on the epoch
+        batches = data.rank_batches(
+            self.order(epoch), self.batch_size, train=self.train, rank=self.rank, world_size=self.world_size
+        )
+        if start_batch >= len(batches):
+            return
+        if self._next != (key, start_batch):
+            self._pipe = self._build(ParallelFeed(self, key, start_batch))
+        self._next = None  # until this epoch ends cleanly
+        number = start_batch
+        pipe = self._pipeline()
+        while True:
+            try:
+                outputs = pipe.run()
+            except StopIteration:
+                pipe.reset()
+                self._next = (key + 1 if self.train else 0, 0)
+                return
+            except Exception as error:  # a decoder or a worker failed: find the files, feed again
+                self._recover_parallel(error, [batches[n] for n in range(number, len(batches))])
+                pipe = self._pipe = self._build(ParallelFeed(self, key, number))
+                continue
+            indices = [int(i) for i in np.asarray(outputs[1].as_tensor()).reshape(-1)]
+            for index in set(batches[number]) - set(indices):
+                path = str(self.samples[index].path)
+                if path not in self.skipped:
+                    self._skip(path, _header_error(self.samples[index].path))
+            images = self._to_torch(outputs[0])
+            labels = torch.tensor([self.samples[i].label for i in indices], dtype=torch.int64)
+            self.delay.wait()
+            number += 1
+            self.position = (epoch, number)
+            yield images, labels
+
+    def _recover_parallel(self, error: Exception, pending: Sequence[Sequence[int]]) -> None:
+        """The batches from the failed one on: record the files DALI cannot decode, or raise `error`
+        when every file decodes (the failure is not the data's: a DataError, a worker's crash)."""
+        if isinstance(error, data.DataError) or "DataError" in str(error):
+            message = str(error).splitlines()
+            found = [line for line in message if "no image of batch" in line]
+            raise data.DataError(found[0].split("DataError: ")[-1] if found else str(error)) from error
+        culprits: list[tuple[str, str]] = []
+        for members in pending[: PREFETCH_DEPTH + 1]:
+            for index in members:
+                file = self.samples[index].path
+                if str(file) in self.skipped:
+                    continue
+                try:
+                    encoded, _ = read_encoded(file)
+                except (OSError, ValueError, UnidentifiedImageError, Image.DecompressionBombError):
+                    continue
+                if why := self._decode_error(encoded):
+                    culprits.append((str(file), why))
+        if not culprits:
+            raise error
+        for path, why in culprits:
+            self._skip(path, f"DALI cannot decode it: {why}")
+
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "skipped": dict(self.skipped)}
 
@@ -195,25 +394,10 @@ class DaliLoader(batching.BatchLoader):
     def _item(
         self, sample: data.Sample, encoded: np.ndarray, width: int, height: int, position: int
     ) -> _Item:
-        if self.train:
-            rng = np.random.Generator(np.random.PCG64(data.sample_seed(self.seed, self._epoch, position)))
-            aug = draw_augmentation(width, height, self.augment_load, rng, self.crop_scale_min)
-            left, top, right, bottom = aug.box
-            return _Item(
-                sample,
-                encoded,
-                (np.array([left, top], np.float32), np.array([right - left, bottom - top], np.float32)),
-                np.array(aug.flips, np.int32),
-                np.array(aug.angles, np.float32),
-            )
-        (resized_w, resized_h), (left, top) = eval_geometry(width, height, self.image_size)
-        return _Item(
-            sample,
-            encoded,
-            (np.array([resized_h, resized_w], np.float32), np.array([left, top], np.int32)),
-            np.zeros(0, np.int32),
-            np.zeros(0, np.float32),
-        )
+        return make_item(self._recipe(self._epoch), sample, encoded, (width, height), position)
+
+    def _recipe(self, epoch: int) -> Recipe:
+        return Recipe(self.train, self.seed, epoch, self.image_size, self.augment_load, self.crop_scale_min)
 
     def _feed(self) -> tuple[list[np.ndarray], ...]:
         """external_source callback: the next planned batch, remembered until its output is taken."""
@@ -227,14 +411,7 @@ class DaliLoader(batching.BatchLoader):
                 "remove the undecodable files from the data set"
             )
         self._in_flight.append((number, members, items))
-        columns = (
-            [item.encoded for item in items],
-            [item.region[0] for item in items],
-            [item.region[1] for item in items],
-        )
-        if not self.train:
-            return columns
-        return (*columns, [item.flips for item in items], [item.angles for item in items])
+        return _columns(self.train, items, None)
 
     def _skip(self, path: str, why: str) -> None:
         self.skipped[path] = why
@@ -279,44 +456,60 @@ class DaliLoader(batching.BatchLoader):
         return self.device.index if self.device.index is not None else torch.cuda.current_device()
 
     def _decode_device(self) -> str:
-        return "mixed" if self.device.type == "cuda" else "cpu"
+        return DECODE_MIXED if self.device.type == "cuda" and self.decode == DECODE_MIXED else DECODE_CPU
 
     def _pipeline(self) -> Pipeline:
         if self._pipe is None:
             self._pipe = self._build()
         return self._pipe
 
-    def _build(self) -> Pipeline:
+    def _build(self, parallel: ParallelFeed | None = None) -> Pipeline:
+        """The pipeline fed by this loader's thread (`_feed`), or by DALI's worker processes running
+        `parallel` (then a last output holds each batch's sample indices)."""
+        processes = {"py_num_workers": self.feed_processes, "py_start_method": "spawn"} if parallel else {}
         pipe = Pipeline(
             batch_size=self.batch_size,
             num_threads=self.num_threads,
             device_id=self._device_id(),
             prefetch_queue_depth=PREFETCH_DEPTH,
             seed=self.seed,
+            **processes,
         )
         with pipe:
-            dtypes = TRAIN_COLUMNS if self.train else EVAL_COLUMNS
+            dtypes = [*(TRAIN_COLUMNS if self.train else EVAL_COLUMNS)]
+            source: dict[str, Any] = {"source": self._feed, "batch": True}
+            if parallel is not None:
+                dtypes.append(DALIDataType.INT64)
+                source = {"source": parallel, "batch": True, "batch_info": True, "parallel": True}
             columns = cast(
-                "list[DataNode]",
-                fn.external_source(
-                    source=self._feed, num_outputs=len(dtypes), batch=True, dtype=list(dtypes)
-                ),
+                "list[DataNode]", fn.external_source(num_outputs=len(dtypes), dtype=dtypes, **source)
             )
             graph = train_graph if self.train else eval_graph
             images = graph(
-                columns,
+                columns[: len(dtypes) - (parallel is not None)],
                 decode_device=self._decode_device(),
                 image_size=self.image_size,
                 augment_load=self.augment_load,
+                hw_decoder_load=self.hw_decoder_load,
             )
-            pipe.set_outputs(images)
+            pipe.set_outputs(images, *columns[len(dtypes) - 1 :] if parallel is not None else ())
         pipe.build()
         return pipe
 
     def _to_torch(self, images: Any) -> torch.Tensor:
+        """The batch as a torch tensor: on the GPU when DALI's operators ran there (copied on the
+        current stream), else in pinned host memory for the step's non-blocking copy (`dali-decode
+        cpu` on a GPU, as NVIDIA's dali-cpu ResNet-50 recipe)."""
         dense = images.as_tensor()
-        out = torch.empty(tuple(dense.shape()), dtype=torch.float32, device=self.device)
-        stream = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
+        on_gpu = self._decode_device() == DECODE_MIXED
+        pin = not on_gpu and self.device.type == "cuda"
+        out = torch.empty(
+            tuple(dense.shape()),
+            dtype=torch.float32,
+            device=self.device if on_gpu else torch.device("cpu"),
+            pin_memory=pin,
+        )
+        stream = torch.cuda.current_stream(self.device) if on_gpu else None
         feed_ndarray(dense, out, cuda_stream=stream)
         return out
 
@@ -328,9 +521,11 @@ def _node(value: object) -> DataNode:
     return value
 
 
-def _decoder_options(decode_device: str) -> dict[str, Any]:
+def _decoder_options(decode_device: str, hw_decoder_load: float) -> dict[str, Any]:
     return {
         "device": decode_device,
+        # the share of JPEGs the A100/H100/H200 hardware decoder takes (mixed only; DALI's default 0.65)
+        **({"hw_decoder_load": hw_decoder_load} if decode_device == DECODE_MIXED else {}),
         "output_type": DALIImageType.RGB,
         "adjust_orientation": False,  # like PIL's Image.open in the torch loader
         "jpeg_fancy_upsampling": True,  # libjpeg's default, which PIL uses
@@ -349,7 +544,12 @@ def _normalize(images: DataNode, device: str) -> DataNode:
 
 
 def train_graph(
-    columns: Sequence[DataNode], *, decode_device: str, image_size: int, augment_load: int
+    columns: Sequence[DataNode],
+    *,
+    decode_device: str,
+    image_size: int,
+    augment_load: int,
+    hw_decoder_load: float = DEFAULT_HW_DECODER_LOAD,
 ) -> DataNode:
     """Crop-decode the drawn box, resize it to image_size, then augment_load x (flip, rotate), normalise."""
     encoded, anchor, shape, flips, angles = columns
@@ -360,7 +560,7 @@ def train_graph(
         shape,
         normalized_anchor=False,
         normalized_shape=False,
-        **_decoder_options(decode_device),
+        **_decoder_options(decode_device, hw_decoder_load),
     )
     images = _node(fn.resize(images, size=[image_size, image_size], device=device))
     for repetition in range(augment_load):
@@ -372,13 +572,18 @@ def train_graph(
 
 
 def eval_graph(
-    columns: Sequence[DataNode], *, decode_device: str, image_size: int, augment_load: int
+    columns: Sequence[DataNode],
+    *,
+    decode_device: str,
+    image_size: int,
+    augment_load: int,
+    hw_decoder_load: float = DEFAULT_HW_DECODER_LOAD,
 ) -> DataNode:
     """Decode, resize the shorter side to image_size * 8/7, center-crop image_size, normalise."""
     del augment_load  # evaluation never augments
     encoded, resized, anchor = columns
     device = "gpu" if decode_device == "mixed" else "cpu"
-    images = fn.decoders.image(encoded, **_decoder_options(decode_device))
+    images = fn.decoders.image(encoded, **_decoder_options(decode_device, hw_decoder_load))
     images = _node(fn.resize(images, size=resized, device=device))
     images = _node(fn.slice(images, start=anchor, shape=[image_size, image_size], device=device))
     return _normalize(images, device)

@@ -348,6 +348,12 @@ def build_loaders(
         "rank": context.rank,
         "world_size": context.world_size,
     }
+    if kind == "dali":
+        common |= {
+            "feed_processes": args.dali_feed_processes,
+            "dali_decode": args.dali_decode,
+            "hw_decoder_load": args.dali_hw_decoder_load,
+        }
     train_loader = loaders.build_loader(
         kind,
         dataset.train * repeats,

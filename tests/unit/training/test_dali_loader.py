@@ -223,3 +223,96 @@ def test_on_a_gpu_images_are_decoded_on_mixed_and_returned_on_the_device(samples
         assert images.is_cuda
         assert torch.equal(labels, cpu_labels)
         assert float((images.cpu() - cpu_images).abs()[..., 6:-6, 6:-6].mean()) < 0.05
+
+
+# The parallel external source (dali-feed-processes): DALI's worker processes read the files and draw the
+# augmentations; what they feed must be exactly what the loader's own thread feeds.
+FEED = {"feed_processes": 2}
+
+
+def assert_same_batches(
+    got: list[tuple[torch.Tensor, ...]], expected: list[tuple[torch.Tensor, ...]]
+) -> None:
+    assert len(got) == len(expected)
+    for (images, labels), (expected_images, expected_labels) in zip(got, expected, strict=True):
+        assert torch.equal(labels, expected_labels)
+        assert torch.equal(images, expected_images)
+
+
+def test_worker_processes_feed_every_epoch_as_the_loader_s_thread_does(
+    samples: list[data.Sample], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN the thread-fed loader's epochs 0 and 1
+    expected = [run_epoch(dali_loader.DaliLoader(samples, **options()), epoch=e) for e in (0, 1)]
+    # AND, in this process, file reads that fail: only processes of DALI's own can feed the pipeline
+    monkeypatch.setattr(dali_loader, "read_encoded", lambda path: (_ for _ in ()).throw(OSError(path)))
+    loader = dali_loader.DaliLoader(samples, **options(**FEED))
+    # WHEN a loader fed by two worker processes runs both epochs
+    first = run_epoch(loader, epoch=0)
+    pipeline = loader._pipe
+    second = run_epoch(loader, epoch=1)
+    # THEN every label and pixel is the thread-fed loader's, nothing skipped
+    assert_same_batches(first, expected[0])
+    assert_same_batches(second, expected[1])
+    assert loader.skipped == {}
+    # AND the second epoch reused the first one's pipeline and workers
+    assert loader._pipe is pipeline
+
+
+def test_worker_processes_resume_mid_epoch_and_evaluate_as_the_thread(samples: list[data.Sample]) -> None:
+    uninterrupted = run_epoch(dali_loader.DaliLoader(samples, **options()), epoch=3)
+    resumed = run_epoch(dali_loader.DaliLoader(samples, **options(**FEED)), epoch=3, start_batch=1)
+    assert_same_batches(resumed, uninterrupted[1:])
+    # an epoch left midway: the next starts clean
+    loader = dali_loader.DaliLoader(samples, **options(**FEED))
+    iterator = loader.epoch(0)
+    next(iterator)
+    assert isinstance(iterator, Generator)
+    iterator.close()
+    assert_same_batches(run_epoch(loader, epoch=3), uninterrupted)
+    # evaluation: the same batches every pass
+    evaluation = dali_loader.DaliLoader(samples, **options(train=False, **FEED))
+    reference = run_epoch(dali_loader.DaliLoader(samples, **options(train=False)), epoch=0)
+    assert_same_batches(run_epoch(evaluation, epoch=0), reference)
+    assert_same_batches(run_epoch(evaluation, epoch=1), reference)
+
+
+def test_worker_processes_skip_damaged_files_with_their_reasons(tmp_path: Path) -> None:
+    # GIVEN one file truncated after the scan (only DALI's decoder finds out) and one replaced by text
+    samples = write_images(tmp_path, 8)
+    truncated, text = samples[2].path, samples[5].path
+    encoded = truncated.read_bytes()
+    truncated.write_bytes(encoded[: len(encoded) * 6 // 10])
+    text.write_text("not an image", encoding="utf-8")
+    loader = dali_loader.DaliLoader(samples, **options(train=False, **FEED))
+    # WHEN an epoch runs on worker processes
+    labels = torch.cat([batch_labels for _, batch_labels in loader.epoch(0)])
+    # THEN the six others come through in order and both files are recorded with the reason
+    assert labels.tolist() == [s.label for i, s in enumerate(samples) if i not in (2, 5)]
+    assert sorted(loader.skipped) == sorted([str(truncated), str(text)])
+    assert "DALI cannot decode" in loader.skipped[str(truncated)]
+    assert "UnidentifiedImageError" in loader.skipped[str(text)]
+
+
+def test_worker_processes_fail_a_batch_with_no_decodable_image_with_the_reason(tmp_path: Path) -> None:
+    samples = write_images(tmp_path, 4)
+    for sample in samples[:2]:
+        sample.path.write_text("not an image", encoding="utf-8")
+    loader = dali_loader.DaliLoader(samples, **options(train=False, batch_size=2, **FEED))
+    with pytest.raises(data.DataError, match=r"no image of batch 0 can be decoded.*remove the undecodable"):
+        list(loader.epoch(0))
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ({"feed_processes": -1}, "dali-feed-processes must not be negative, got -1"),
+        ({"dali_decode": "gpu"}, "dali-decode must be one of mixed, cpu, got 'gpu'"),
+        ({"hw_decoder_load": 1.5}, "dali-hw-decoder-load must be between 0 and 1, got 1.5"),
+    ],
+)
+def test_dali_settings_out_of_range_are_refused_by_name(
+    samples: list[data.Sample], setting: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        dali_loader.DaliLoader(samples, **options(**setting))

@@ -36,7 +36,7 @@ HYPERPARAMETERS = {
 }
 
 
-def run_training(base: Path, data: Path, *, sigterm_on: str | None = None) -> int:
+def run_training(base: Path, data: Path, *, sigterm_on: str | None = None, feed_processes: int = 0) -> int:
     """Run train.py as SageMaker would; send SIGTERM once a stderr line matches `sigterm_on`."""
     env = {
         **os.environ,
@@ -45,7 +45,8 @@ def run_training(base: Path, data: Path, *, sigterm_on: str | None = None) -> in
         contract.JOB_NAME_ENV: JOB,
         "OMP_NUM_THREADS": "1",
     }
-    args = [part for name, value in HYPERPARAMETERS.items() for part in (f"--{name}", value)]
+    hyperparameters = {**HYPERPARAMETERS, contract.HP_DALI_FEED_PROCESSES: str(feed_processes)}
+    args = [part for name, value in hyperparameters.items() for part in (f"--{name}", value)]
     base.mkdir(parents=True, exist_ok=True)
     with (base / "stdout.log").open("a") as stdout, (base / "stderr.log").open("a") as log:
         process = subprocess.Popen(
@@ -68,7 +69,10 @@ def final_weights(base: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-def test_dali_training_interrupted_mid_epoch_resumes_to_the_same_weights(tmp_path: Path) -> None:
+@pytest.mark.parametrize("feed_processes", [0, 2], ids=["fed-by-a-thread", "fed-by-dali-workers"])
+def test_dali_training_interrupted_mid_epoch_resumes_to_the_same_weights(
+    tmp_path: Path, feed_processes: int
+) -> None:
     # GIVEN two labels of photos-sized-down JPEGs and an uninterrupted DALI training run
     data = tmp_path / "data"
     rng = np.random.default_rng(0)
@@ -81,9 +85,11 @@ def test_dali_training_interrupted_mid_epoch_resumes_to_the_same_weights(tmp_pat
     # WHEN another run gets SIGTERM during its first epoch (it checkpoints mid-epoch and exits)
     # and is restarted with its checkpoints
     interrupted = tmp_path / "interrupted"
-    code = run_training(interrupted, data, sigterm_on=r"training and \d+ validation images")
+    # (fed by DALI's worker processes: the same weights as the thread-fed run)
+    signal_on = r"training and \d+ validation images"
+    code = run_training(interrupted, data, sigterm_on=signal_on, feed_processes=feed_processes)
     assert code == contract.INTERRUPTED_EXIT_CODE
-    assert run_training(interrupted, data) == 0
+    assert run_training(interrupted, data, feed_processes=feed_processes) == 0
     # THEN it resumed inside epoch 0 and its final weights equal the uninterrupted run's bit for bit
     assert re.search(r"resumed from .* at epoch 0 batch [123] ", (interrupted / "stderr.log").read_text())
     expected, actual = final_weights(tmp_path / "uninterrupted"), final_weights(interrupted)
