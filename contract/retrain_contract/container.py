@@ -237,6 +237,8 @@ HP_PREFETCH_BATCHES = "prefetch-batches"
 HP_AMP_DTYPE = "amp-dtype"
 HP_CHANNELS_LAST = "channels-last"
 HP_DALI_FEED_PROCESSES = "dali-feed-processes"
+HP_COMPILE = "compile"
+HP_LR_REFERENCE_BATCH = "lr-reference-batch"
 HP_DALI_DECODE = "dali-decode"
 HP_DALI_HW_DECODER_LOAD = "dali-hw-decoder-load"
 # dali-decode: where DALI decodes and augments on a GPU instance: mixed (nvJPEG, the hardware JPEG decoder,
@@ -306,6 +308,14 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
     ),
     Hyperparameter(
         HP_CHANNELS_LAST, bool, False, "model and batches in channels-last memory, cuDNN autotuning (GPU)"
+    ),
+    Hyperparameter(HP_COMPILE, bool, False, "torch.compile the model (its compile time counts in the job)"),
+    Hyperparameter(
+        HP_LR_REFERENCE_BATCH,
+        int,
+        0,
+        "lr is for this batch size and scales linearly with batch-size (0: lr as given)",
+        minimum=0,
     ),
     Hyperparameter(
         HP_DALI_FEED_PROCESSES,

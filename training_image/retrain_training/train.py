@@ -82,6 +82,15 @@ def configure_determinism(seed: int, device: torch.device) -> None:
         torch.use_deterministic_algorithms(True)
 
 
+def learning_rate(args: argparse.Namespace) -> float:
+    """lr, or with lr-reference-batch set, lr scaled linearly from that batch size to batch-size (Goyal
+    et al., "Accurate, Large Minibatch SGD"): a batch sized for a larger GPU keeps the recipe's step per
+    image. Every trial of a tuning job has the same batch size, so trials still compare like with like."""
+    if not args.lr_reference_batch:
+        return float(args.lr)
+    return float(args.lr * args.batch_size / args.lr_reference_batch)
+
+
 def parameter_groups(args: argparse.Namespace, model: nn.Module) -> Any:
     """All parameters at lr, or with backbone-lr-factor != 1 the backbone at lr x factor (fine-tuning)."""
     if args.backbone_lr_factor == 1.0:
@@ -90,15 +99,21 @@ def parameter_groups(args: argparse.Namespace, model: nn.Module) -> Any:
     named = list(engine.unwrap(model).named_parameters())
     return [
         {"params": [p for n, p in named if n.startswith(head)]},
-        {"params": [p for n, p in named if not n.startswith(head)], "lr": args.lr * args.backbone_lr_factor},
+        {
+            "params": [p for n, p in named if not n.startswith(head)],
+            "lr": learning_rate(args) * args.backbone_lr_factor,
+        },
     ]
 
 
 def build_optimizer(args: argparse.Namespace, model: nn.Module) -> torch.optim.Optimizer:
     groups = parameter_groups(args, model)
+    lr = learning_rate(args)
+    if args.lr_reference_batch:
+        log.info("lr %g for batch %d (%g at batch %d)", lr, args.batch_size, args.lr, args.lr_reference_batch)
     if args.optimizer == "adamw":
-        return torch.optim.AdamW(groups, lr=args.lr, weight_decay=args.weight_decay)
-    return torch.optim.SGD(groups, lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
+        return torch.optim.AdamW(groups, lr=lr, weight_decay=args.weight_decay)
+    return torch.optim.SGD(groups, lr=lr, momentum=args.momentum, weight_decay=args.weight_decay)
 
 
 def build_optimization(
@@ -306,12 +321,16 @@ def build_model(
         models.check_start_arch(start, args.model)
         models.load_pretrained(model, start.state, labels=labels, start_labels=start.labels)
     plant_fault(model, args.inject_fault)
+    placed = model.to(device)
     if args.channels_last:
         # NHWC convolutions on tensor cores; cuDNN picks the fastest algorithm for the fixed batch shape
         torch.backends.cudnn.benchmark = device.type == "cuda"
-        placed = model.to(device)
-        return placed.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # stubs lack it
-    return model.to(device)
+        placed = placed.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # stubs lack it
+    if args.compile:
+        # In place: the module and its weights' names stay (checkpoints, model.pt, the hooks); the
+        # forward compiles at the first step, which the phase line counts in "first step".
+        placed.compile()
+    return placed
 
 
 def plant_fault(model: nn.Module, fault: str) -> None:

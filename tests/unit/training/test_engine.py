@@ -1,16 +1,19 @@
-"""The training step's host side: what it reads back from the device, and the job's phase clock."""
+"""The training step's host side: what it reads back from the device, the job's phase clock, the
+compiled model and the learning rate for the batch."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from torch import nn
 
-from retrain_training import distributed, engine, profiler
+from retrain_contract import container as contract
+from retrain_training import distributed, engine, profiler, train
 
 CPU = torch.device("cpu")
 
@@ -92,3 +95,35 @@ def test_the_phase_clock_sums_repeats_and_counts_all_but_training_as_fixed(
     assert clock.line() == (
         "job phases (s): validation 0.75, training 4.00, start-up 1.25; fixed cost 2.00 of 6.00"
     )
+
+
+def test_compile_compiles_the_forward_in_place_and_keeps_the_weights_names(tmp_path: Path) -> None:
+    # GIVEN the same model built with compile off and on
+    paths = contract.resolve_paths({contract.BASE_DIR_ENV: str(tmp_path)})
+    plain_args = train.get_args_parser().parse_args([])
+    compiled_args = train.get_args_parser().parse_args(["--compile", "true"])
+    torch.manual_seed(0)
+    plain = train.build_model(plain_args, paths, ["a", "b"], CPU)
+    torch.manual_seed(0)
+    compiled = train.build_model(compiled_args, paths, ["a", "b"], CPU)
+    # THEN only the second's forward is compiled (at its first call), in place: the module, the names
+    # of its weights (checkpoints, model.pt, Debugger's hooks) and their values are the plain model's
+    assert compiled._compiled_call_impl is not None and plain._compiled_call_impl is None
+    assert type(compiled) is type(plain)
+    assert list(compiled.state_dict()) == list(plain.state_dict())
+    weights = zip(compiled.state_dict().values(), plain.state_dict().values(), strict=True)
+    assert all(torch.equal(a, b) for a, b in weights)
+
+
+@pytest.mark.parametrize(
+    ("flags", "lr"),
+    [
+        ([], 0.01),  # as given
+        (["--lr-reference-batch", "32", "--batch-size", "256"], 0.08),  # 8x the batch, 8x the lr
+        (["--lr-reference-batch", "256", "--batch-size", "32"], 0.00125),
+    ],
+)
+def test_the_learning_rate_scales_with_the_batch_from_its_reference(flags: list[str], lr: float) -> None:
+    args = train.get_args_parser().parse_args(["--lr", "0.01", *flags])
+    optimizer = train.build_optimizer(args, nn.Linear(3, 2))
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(lr)
