@@ -103,6 +103,10 @@ class JobContext:
     # Where jobs' small input objects are kept between jobs (s3files.InputCache), or None to fetch each.
     input_cache: InputCache | None = None
     region: str = REGION
+    # The clock a job's MaxRuntimeInSeconds and MaxWaitTimeInSeconds are counted on (seconds). A test
+    # gives one that starts counting at a point of the job's own (its program's first step), so a short
+    # limit cannot strike before the program runs, whatever the machine's load: a hook, not a race.
+    limit_clock: Callable[[], float] = time.time
 
     @property
     def built_image(self) -> ContainerImage:
@@ -278,6 +282,7 @@ class _AttemptWatch:
 
     start: float
     restored: set[Path]
+    limit_start: float = 0.0  # on JobContext.limit_clock
     new_checkpoints: int = 0
     stop: str | None = None
     interrupt: str | None = None
@@ -321,6 +326,8 @@ class TrainingRun:
         self.kill_on_checkpoint = self.ctx.faults.kill_during_checkpoint_write(self.name)
         self.running_seconds = 0.0
         self.waiting_seconds = 0.0
+        self.limited_running = 0.0  # running seconds on the limit clock (MaxRuntimeInSeconds)
+        self.limits_started = 0.0  # the job's start on the limit clock (MaxWaitTimeInSeconds)
         self.rule_statuses = rule_statuses or {}
         self.retries_left = int((request.get("RetryStrategy") or {}).get("MaximumRetryAttempts", 0))
         self.started = 0.0
@@ -338,6 +345,7 @@ class TrainingRun:
 
     def run(self) -> None:
         self.started = time.time()
+        self.limits_started = self.ctx.limit_clock()
         self.update({"TrainingStartTime": self.started})
         status, secondary, reason = "Completed", "Completed", None
         try:
@@ -609,7 +617,9 @@ class TrainingRun:
         self.process = process
         reader = threading.Thread(target=self._read_output, args=(process, shipper), daemon=True)
         reader.start()
-        watch = _AttemptWatch(start=start, restored=set(self._local_checkpoints()))
+        watch = _AttemptWatch(
+            start=start, restored=set(self._local_checkpoints()), limit_start=self.ctx.limit_clock()
+        )
         try:
             self._supervise(process, watch, shipper)
         finally:
@@ -617,6 +627,7 @@ class TrainingRun:
                 self._terminate(process)
             reader.join(timeout=30)
             self.running_seconds += time.time() - start
+            self.limited_running += self.ctx.limit_clock() - watch.limit_start
             shipper.flush()
             process.cleanup()
             self.process = None
@@ -642,7 +653,7 @@ class TrainingRun:
             if self.kill_on_checkpoint and self._tear_checkpoint_write(process, watch, shipper):
                 return
             self._sync_checkpoints(watch)
-            watch.stop = self._stop_due(elapsed)
+            watch.stop = self._stop_due(self.ctx.limit_clock() - watch.limit_start)
             if watch.stop is not None:
                 self.transition("Stopping", f"Stopping the training job ({watch.stop})")
                 self._terminate(process)
@@ -670,13 +681,14 @@ class TrainingRun:
         for path in self.checkpoint_sync.deleted_files():
             self.checkpoint_sync.delete(path)
 
-    def _stop_due(self, elapsed: float) -> str | None:
-        """The secondary status the job stops with now (a StopTrainingJob, a time limit), if any."""
+    def _stop_due(self, limit_elapsed: float) -> str | None:
+        """The secondary status the job stops with now (a StopTrainingJob, a time limit), if any;
+        `limit_elapsed` is this attempt's running time on the limit clock."""
         if self.control.stop_requested.is_set():
             return self.control.stop_reason
-        if self.running_seconds + elapsed > self.max_runtime:
+        if self.limited_running + limit_elapsed > self.max_runtime:
             return "MaxRuntimeExceeded"
-        if time.time() - self.started > self.max_wait:
+        if self.ctx.limit_clock() - self.limits_started > self.max_wait:
             return "MaxWaitTimeExceeded"
         return None
 
@@ -757,7 +769,7 @@ class TrainingRun:
             while time.time() < deadline:
                 if self.control.stop_requested.is_set():
                     raise JobStoppedError(self.control.stop_reason)
-                if time.time() - self.started > self.max_wait:
+                if self.ctx.limit_clock() - self.limits_started > self.max_wait:
                     raise JobStoppedError("MaxWaitTimeExceeded")
                 time.sleep(min(POLL_SECONDS, max(0.0, deadline - time.time())))
         finally:

@@ -3,6 +3,7 @@ stand-in programs in place of its scripts, and an emulator factory that stops it
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -75,6 +76,24 @@ def make_emulator(
     yield make
     for emulator in made:
         emulator.close(timeout=30)
+
+
+class ClockFromLine:
+    """A limit clock (JobContext.limit_clock) at 0 until the job's first attempt logs a line matching
+    `pattern`, then the real seconds since: MaxRuntimeInSeconds and MaxWaitTimeInSeconds count from a
+    point of the job's program, not from a container start that a loaded machine makes slow."""
+
+    def __init__(self, workdir: Path, job: str, pattern: str) -> None:
+        self.log = workdir / "training" / job / "logs" / "attempt-1.log"
+        self.pattern = re.compile(pattern)
+        self.opened: float | None = None
+
+    def __call__(self) -> float:
+        if self.opened is None:
+            if not self.log.is_file() or not self.pattern.search(self.log.read_text(errors="replace")):
+                return 0.0
+            self.opened = time.time()
+        return time.time() - self.opened
 
 
 def put_images(s3: Any, prefix: str, labels: tuple[str, ...] = ("cat", "dog"), per_label: int = 2) -> None:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from retrain.embedded.faults import Faults
 from retrain.embedded.sagemaker import INTERRUPTIONS_FIELD, SageMakerEmulator, SpotSchedule
 
-from .conftest import BUCKET, put_images, training_request, wait_training
+from .conftest import BUCKET, ClockFromLine, put_images, training_request, wait_training
 
 CHECKPOINTS = f"s3://{BUCKET}/checkpoints"
 
@@ -88,16 +89,18 @@ def test_spot_job_bills_less_than_it_trains(
 
 
 def test_max_wait_time_stops_a_job_still_waiting_for_capacity(
-    aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator]
+    aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator], tmp_path: Path
 ) -> None:
-    # GIVEN capacity that comes back only after the job's MaxWaitTimeInSeconds, and a runtime limit the
-    # job's first checkpoint comes well within, even on a loaded machine (2 s did not, under CI's load)
+    # GIVEN capacity that comes back only after the job's MaxWaitTimeInSeconds, both limits counted from
+    # its program's first line (its first checkpoint comes 0.3 s later, within the runtime limit however
+    # slowly the machine starts the container)
     put_images(aws["s3"], "data/train")
     emulator = make_emulator(
-        spot=SpotSchedule(interruptions=1, after_checkpoints=1, capacity_wait_seconds=120)
+        spot=SpotSchedule(interruptions=1, after_checkpoints=1, capacity_wait_seconds=120),
+        limit_clock=ClockFromLine(tmp_path / "sagemaker", "spot-wait", r"starting at step"),
     )
     request = spot_request("spot-wait")
-    request["StoppingCondition"] = {"MaxRuntimeInSeconds": 10, "MaxWaitTimeInSeconds": 12}
+    request["StoppingCondition"] = {"MaxRuntimeInSeconds": 3, "MaxWaitTimeInSeconds": 4}
 
     # WHEN it is interrupted
     emulator.create_training_job(**request)

@@ -7,6 +7,7 @@ import json
 import re
 import tarfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from botocore.exceptions import ClientError
 
 from retrain.embedded.sagemaker import SageMakerEmulator
 
-from .conftest import BUCKET, container_processes, put_images, training_request, wait_training
+from .conftest import BUCKET, ClockFromLine, container_processes, put_images, training_request, wait_training
 
 
 def _tar_members(s3: Any, key: str) -> dict[str, bytes]:
@@ -131,17 +132,18 @@ def test_stop_training_job_ends_it_stopped(
 
 
 def test_max_runtime_stops_the_job_and_sigkills_a_container_that_ignores_sigterm(
-    aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator]
+    aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator], tmp_path: Path
 ) -> None:
-    # GIVEN a job longer than its MaxRuntimeInSeconds that ignores SIGTERM (from about 1 s in, several on
-    # a loaded machine: the toolkit starts it; a SIGTERM before that would end it at once, with no SIGKILL
-    # needed, so the limit leaves it time to start)
+    # GIVEN a job longer than its MaxRuntimeInSeconds that ignores SIGTERM, its runtime counted from its
+    # program's first line (then it ignores SIGTERM; a SIGTERM before would end it at once, with no SIGKILL
+    # needed, and how long the toolkit takes to start it depends on the machine's load)
     put_images(aws["s3"], "data/train")
-    emulator = make_emulator(grace_seconds=0.5)
+    clock = ClockFromLine(tmp_path / "sagemaker", "job-runtime", r"starting at step")
+    emulator = make_emulator(grace_seconds=0.5, limit_clock=clock)
     request = training_request(
         "job-runtime",
         HyperParameters={"epochs": "100", "step-seconds": "0.1", "ignore-sigterm": "true"},
-        StoppingCondition={"MaxRuntimeInSeconds": 8},
+        StoppingCondition={"MaxRuntimeInSeconds": 2},
     )
 
     # WHEN it runs
