@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from controller import names, runs
-from retrain import demo_data
+from retrain import demo_data, timing
 from retrain.demo import DEMO_PARAMETERS
 from retrain.embedded.faults import Faults
 from retrain.embedded.sagemaker import SpotSchedule
@@ -102,9 +102,21 @@ def run_to_the_end(
                 break
             time.sleep(2)
         assert record is not None, f"no finished run after {RUN_TIMEOUT_SECONDS} s"
+        _print_timing(stack, record, time.monotonic() - started)
         yield Finished(stack, outputs, record)
     if not keep_state:  # reached only when the block raised nothing
         shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def _print_timing(stack: EmbeddedStack, record: runs.RunRecord, seconds: float) -> None:
+    """Where the run's time went (pytest shows it with a failure, or with -s): uploads to the run's
+    end, and the execution's phases from its history."""
+    phases = timing.run_phases(stack.client("stepfunctions"), record["execution_arn"])
+    parts = ", ".join(f"{phase.name} {phase.seconds:.0f}" for phase in phases)
+    execution = sum(phase.seconds for phase in phases)
+    print(
+        f"run {record['run_id']}: {seconds:.0f} s from the first upload; execution {execution:.0f} s: {parts}"
+    )
 
 
 def lock_holder(finished: Finished) -> Any:

@@ -1217,22 +1217,44 @@ def test_prepare_and_finalize_do_the_same_work_for_ten_images_or_two_thousand(aw
 
 
 def test_thousands_of_long_labels_stay_out_of_the_state_and_the_run_record(aws, config):
-    # GIVEN a catalogue of 3,000 labels of 60 characters, two images each
-    labels = [f"product-category-{i:05d}-" + "x" * 37 for i in range(3_000)]
-    assert {len(label) for label in labels} == {60}
-    _seed(aws, "catalogue", labels, 2)
+    # GIVEN two catalogues of labels of 60 characters, two images each: 300 labels and 3,000 (both past the
+    # 100 new labels up to which FSx imports each label's prefix, so no label name travels in either)
     small = dataclasses.replace(config, settings={**config.settings, "data_source": "fsx"})
-    # WHEN a run is prepared and its manifest frozen
-    event = {"input": {"dataset": "catalogue"}, "execution_name": "c-1", "execution_arn": "arn:c-1"}
-    state = prepare.prepare(event, config=small, dynamodb=aws.dynamodb, s3=aws.s3)
-    after = freeze_run(aws, small, dict(state), tempfile.mkdtemp(prefix="freeze-"))
-    # THEN every label is in labels.json, and the state that travels through every state stays small
-    assert len(_labels(aws, after["run"])) == after["run"]["label_count"] > 2_000
-    assert len(json.dumps(after).encode()) < 64 * 1024
-    # (more than 100 new labels: FSx imports the data set's prefix, one path)
-    assert after["run"]["import_paths"] == [f"s3://{aws.data_bucket}/data/catalogue/"]
-    # AND so does the run's record (DynamoDB refuses an item over 400 KB)
-    item = aws.dynamodb.get_item(
-        TableName=aws.runs_table, Key=runs.serialize({"dataset": "catalogue", "run_id": "c-1"})
-    )
-    assert len(json.dumps(item["Item"]).encode()) < 100 * 1024
+    sizes = {}
+    for count in (300, 3_000):
+        dataset, run_id = f"catalogue-{count:05d}", f"c-{count:05d}"  # names of one length at both sizes
+        labels = [f"product-category-{i:05d}-" + "x" * 37 for i in range(count)]
+        assert {len(label) for label in labels} == {60}
+        _seed(aws, dataset, labels, 2)
+        # WHEN a run of each is prepared and its manifest frozen
+        event = {"input": {"dataset": dataset}, "execution_name": run_id, "execution_arn": f"arn:{run_id}"}
+        state = prepare.prepare(event, config=small, dynamodb=aws.dynamodb, s3=aws.s3)
+        after = freeze_run(aws, small, dict(state), tempfile.mkdtemp(prefix="freeze-"))
+        # THEN labels.json holds exactly the labels with a training image (the others have both images
+        # hashed into validation and are set aside, as the manifest's rule says)
+        trainable = sorted(
+            label
+            for label in labels
+            for i in range(2)
+            if not container.in_validation(f"{label}/{i:05d}.jpg", container.VAL_FRACTION_DEFAULT)
+        )
+        assert _labels(aws, after["run"]) == sorted(set(trainable))
+        assert after["run"]["label_count"] == len(set(trainable)) > 0.9 * count
+        assert after["run"]["new_images"] == 2 * len(set(trainable))  # a set-aside label's images wait
+        assert after["run"]["import_paths"] == [f"s3://{aws.data_bucket}/data/{dataset}/"]
+        item = aws.dynamodb.get_item(
+            TableName=aws.runs_table, Key=runs.serialize({"dataset": dataset, "run_id": run_id})
+        )["Item"]
+        # AND no label name is in the state that travels through every state, nor in the run's record
+        # but for a sample of the labels set aside: at most 20 (of 14 at 300 labels, of ~120 at 3,000)
+        excluded = runs.deserialize(item)["excluded_labels"]
+        assert len(excluded) == min(count - len(set(trainable)), 20)
+        item = {k: v for k, v in item.items() if k != "excluded_labels"}
+        state_text, item_text = json.dumps(after), json.dumps(item)
+        assert [label for label in labels if label in state_text or label in item_text] == []
+        sizes[count] = {"state": len(state_text.encode()), "item": len(item_text.encode())}
+    # AND neither grows with the labels: ten times the labels add at most the counts' digits and the
+    # timestamps' jitter
+    for what in ("state", "item"):
+        assert abs(sizes[3_000][what] - sizes[300][what]) < 100, (what, sizes)
+    assert sizes[3_000]["state"] < 64 * 1024 and sizes[3_000]["item"] < 100 * 1024
