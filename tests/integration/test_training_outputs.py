@@ -141,8 +141,9 @@ def test_the_job_logs_what_each_phase_cost_besides_its_training(trained) -> None
     assert all(seconds >= 0 for seconds in phases.values())
     assert phases["start-up"] > 0.5  # the interpreter and torch's import, at least
     fixed, total = float(found[0]["fixed"]), float(found[0]["total"])
-    assert fixed == pytest.approx(total - phases["training"], abs=0.02)
-    assert total == pytest.approx(sum(phases.values()), abs=0.02)
+    rounding = 0.005 * (len(phases) + 1)  # each figure is rounded to 0.01 on its own
+    assert fixed == pytest.approx(total - phases["training"], abs=rounding)
+    assert total == pytest.approx(sum(phases.values()), abs=rounding)
 
 
 def test_debugger_tensors_and_system_profile_are_written(trained) -> None:  # type: ignore[no-untyped-def]
