@@ -160,7 +160,8 @@ def test_each_rank_gets_its_slice_of_every_global_batch(samples: list[data.Sampl
         assert zero + one == [labels.tolist() for _, labels in single.epoch(0)][batch]
 
 
-def test_a_file_damaged_after_the_scan_is_skipped_and_counted(tmp_path: Path) -> None:
+@pytest.mark.parametrize("feed", [{}, {"feed_processes": 2}], ids=["thread", "worker-processes"])
+def test_a_file_damaged_after_the_scan_is_skipped_and_counted(tmp_path: Path, feed: dict[str, int]) -> None:
     # GIVEN verified samples of which one is then truncated (its header still parses, so only DALI's
     # decoder finds out) and one replaced by text (its header check fails before feeding)
     samples = write_images(tmp_path, 8)
@@ -168,8 +169,8 @@ def test_a_file_damaged_after_the_scan_is_skipped_and_counted(tmp_path: Path) ->
     encoded = truncated.read_bytes()
     truncated.write_bytes(encoded[: len(encoded) * 6 // 10])
     text.write_text("not an image", encoding="utf-8")
-    loader = dali_loader.DaliLoader(samples, **options(train=False))
-    # WHEN an epoch runs
+    loader = dali_loader.DaliLoader(samples, **options(train=False, **feed))
+    # WHEN an epoch runs (fed by the loader's thread, or by DALI's worker processes)
     labels = torch.cat([batch_labels for _, batch_labels in loader.epoch(0)])
     # THEN the other six images come through in order, and both files are recorded with a reason
     assert labels.tolist() == [s.label for i, s in enumerate(samples) if i not in (2, 5)]
@@ -179,12 +180,15 @@ def test_a_file_damaged_after_the_scan_is_skipped_and_counted(tmp_path: Path) ->
     assert loader.state_dict()["skipped"] == loader.skipped
 
 
-def test_a_batch_with_no_decodable_image_fails_with_a_clear_reason(tmp_path: Path) -> None:
+@pytest.mark.parametrize("feed", [{}, {"feed_processes": 2}], ids=["thread", "worker-processes"])
+def test_a_batch_with_no_decodable_image_fails_with_a_clear_reason(
+    tmp_path: Path, feed: dict[str, int]
+) -> None:
     # GIVEN a first evaluation batch whose two images were both overwritten after the scan
     samples = write_images(tmp_path, 4)
     for sample in samples[:2]:
         sample.path.write_text("not an image", encoding="utf-8")
-    loader = dali_loader.DaliLoader(samples, **options(train=False, batch_size=2))
+    loader = dali_loader.DaliLoader(samples, **options(train=False, batch_size=2, **feed))
     # WHEN the epoch runs
     # THEN it stops with a data error that says what to do (train.py turns it into the failure file)
     with pytest.raises(data.DataError, match=r"no image of batch 0 can be decoded.*remove the undecodable"):
@@ -275,32 +279,6 @@ def test_worker_processes_resume_mid_epoch_and_evaluate_as_the_thread(samples: l
     reference = run_epoch(dali_loader.DaliLoader(samples, **options(train=False)), epoch=0)
     assert_same_batches(run_epoch(evaluation, epoch=0), reference)
     assert_same_batches(run_epoch(evaluation, epoch=1), reference)
-
-
-def test_worker_processes_skip_damaged_files_with_their_reasons(tmp_path: Path) -> None:
-    # GIVEN one file truncated after the scan (only DALI's decoder finds out) and one replaced by text
-    samples = write_images(tmp_path, 8)
-    truncated, text = samples[2].path, samples[5].path
-    encoded = truncated.read_bytes()
-    truncated.write_bytes(encoded[: len(encoded) * 6 // 10])
-    text.write_text("not an image", encoding="utf-8")
-    loader = dali_loader.DaliLoader(samples, **options(train=False, **FEED))
-    # WHEN an epoch runs on worker processes
-    labels = torch.cat([batch_labels for _, batch_labels in loader.epoch(0)])
-    # THEN the six others come through in order and both files are recorded with the reason
-    assert labels.tolist() == [s.label for i, s in enumerate(samples) if i not in (2, 5)]
-    assert sorted(loader.skipped) == sorted([str(truncated), str(text)])
-    assert "DALI cannot decode" in loader.skipped[str(truncated)]
-    assert "UnidentifiedImageError" in loader.skipped[str(text)]
-
-
-def test_worker_processes_fail_a_batch_with_no_decodable_image_with_the_reason(tmp_path: Path) -> None:
-    samples = write_images(tmp_path, 4)
-    for sample in samples[:2]:
-        sample.path.write_text("not an image", encoding="utf-8")
-    loader = dali_loader.DaliLoader(samples, **options(train=False, batch_size=2, **FEED))
-    with pytest.raises(data.DataError, match=r"no image of batch 0 can be decoded.*remove the undecodable"):
-        list(loader.epoch(0))
 
 
 @pytest.mark.parametrize(
