@@ -98,6 +98,12 @@ class LoaderOptions(TypedDict):
     hw_decoder_load: NotRequired[float]
 
 
+def sample_order(count: int, seed: int, epoch: int, *, train: bool) -> list[int]:
+    """The order an epoch reads the samples in: shuffled by (seed, epoch) for training, as they are for
+    evaluation."""
+    return data.epoch_order(count, seed, epoch) if train else list(range(count))
+
+
 class BatchLoader:
     """What both loaders share: the checked options, the epoch order, the resume position and the
     state a checkpoint holds. Subclasses give `kind` and `epoch`."""
@@ -128,9 +134,7 @@ class BatchLoader:
         raise NotImplementedError(f"{type(self).__name__} gives no epoch()")
 
     def order(self, epoch: int) -> list[int]:
-        if self.train:
-            return data.epoch_order(len(self.samples), self.seed, epoch)
-        return list(range(len(self.samples)))
+        return sample_order(len(self.samples), self.seed, epoch, train=self.train)
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -177,8 +177,7 @@ class ParallelFeed:
         """The epoch's batches for this rank (sample indices) and each sample's position in the order."""
         if epoch not in self._plans:
             recipe = self.recipe
-            order = data.epoch_order(len(self.samples), recipe.seed, epoch) if recipe.train else None
-            order = order if order is not None else list(range(len(self.samples)))
+            order = batching.sample_order(len(self.samples), recipe.seed, epoch, train=recipe.train)
             batches = data.rank_batches(
                 order, self.batch_size, train=recipe.train, rank=self.rank, world_size=self.world_size
             )
