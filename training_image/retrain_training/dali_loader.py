@@ -149,6 +149,10 @@ def make_item(
     )
 
 
+# What read_encoded raises for a file that is unreadable or no longer an image.
+UNREADABLE = (OSError, ValueError, UnidentifiedImageError, Image.DecompressionBombError)
+
+
 def read_encoded(path: Path) -> tuple[np.ndarray, tuple[int, int]]:
     """The file's bytes and (width, height) from its header; raises OSError or ValueError when bad."""
     encoded = path.read_bytes()
@@ -198,7 +202,7 @@ class ParallelFeed:
                 continue
             try:
                 encoded, size = read_encoded(sample.path)
-            except (OSError, ValueError, UnidentifiedImageError, Image.DecompressionBombError):
+            except UNREADABLE:
                 continue  # the loader sees it missing from the index column and records why
             items.append((index, make_item(recipe, sample, encoded, size, positions[index])))
         if not items:
@@ -228,7 +232,7 @@ def _header_error(path: Path) -> str:
     """Why `read_encoded` refuses the file (it is read again: rare, and only for a skipped file)."""
     try:
         read_encoded(path)
-    except (OSError, ValueError, UnidentifiedImageError, Image.DecompressionBombError) as error:
+    except UNREADABLE as error:
         return f"{type(error).__name__}: {error}"
     return "unreadable when it was fed"
 
@@ -358,7 +362,7 @@ class DaliLoader(batching.BatchLoader):
                     continue
                 try:
                     encoded, _ = read_encoded(file)
-                except (OSError, ValueError, UnidentifiedImageError, Image.DecompressionBombError):
+                except UNREADABLE:
                     continue
                 if why := self._decode_error(encoded):
                     culprits.append((str(file), why))
@@ -384,7 +388,7 @@ class DaliLoader(batching.BatchLoader):
                 continue
             try:
                 encoded, (width, height) = read_encoded(sample.path)
-            except (OSError, ValueError, UnidentifiedImageError, Image.DecompressionBombError) as error:
+            except UNREADABLE as error:
                 self._skip(str(sample.path), f"{type(error).__name__}: {error}")
                 continue
             items.append(self._item(sample, encoded, width, height, position))
