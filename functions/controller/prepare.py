@@ -13,17 +13,18 @@ import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from controller import clients, datasets, deadline, names, runs
+from controller import clients, datasets, deadline, ledger, names, runs
 from controller.config import Config, get_config
 from controller.errors import ConfigurationError, DatasetBusyError, InvalidRunInputError
 from controller.observability import logger, tracer
 from controller.run_request import parse_request
 from retrain_contract import balance, container
+from retrain_contract.ledger import RECORD_FENCE_SECONDS
 from retrain_contract.run import (
     START_CHAMPION,
     START_IMAGENET,
@@ -594,7 +595,9 @@ def prepare(
             "leave run_id out of a manual start (the execution name is the run id)"
         )
     run_id, dataset = execution_name, request.dataset
-    at = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    moment = now or datetime.now(UTC)
+    at = ledger.iso(moment)
+    cut = ledger.iso(cut_of(moment, request.trigger, config.policy.quiet_period_seconds))
     state = take_lock(dataset, run_id, at, config=config, dynamodb=dynamodb)
     open_record(dataset, run_id, request.trigger, at, config=config, dynamodb=dynamodb)
 
@@ -616,15 +619,29 @@ def prepare(
         fixed,
         start_from,
         state,
-        at,
+        cut,
         policy,
         region,
     )
     run = build_run(ctx, config)
     check_start_weights(run["start"], s3)
     record_prepared(run, ctx, at, config=config, dynamodb=dynamodb)
-    logger.info("run prepared", extra={"dataset": dataset, "run_id": run_id, "cut": at})
+    logger.info("run prepared", extra={"dataset": dataset, "run_id": run_id, "cut": cut})
     return {"run": run, "import": {"task_id": "", "polls": 0}, "api_retry": {"count": 0, "wait": 0}}
+
+
+def cut_of(now: datetime, trigger: str, quiet_period_seconds: int) -> datetime:
+    """The run's cut: uploads recorded before it are the run's.
+
+    A row recorded before `now` may still be in flight for RECORD_FENCE_SECONDS, so the freezing
+    job reads no earlier than that after the cut. A run the dispatcher started after a quiet period at
+    least that long has its cut put that far in the past instead: every row before it is readable now
+    (the job need not wait) and none of the uploads that made the run due is after it (they are older
+    than the quiet period). A manual run trains what was recorded until it started, and its job waits.
+    """
+    if trigger != "manual" and quiet_period_seconds >= RECORD_FENCE_SECONDS:
+        return now - timedelta(seconds=RECORD_FENCE_SECONDS)
+    return now
 
 
 def _hp(value: str | int | float | bool) -> str:

@@ -25,6 +25,7 @@ from controller import (
 )
 from controller.errors import DatasetBusyError, ImportFailedError, InvalidRunInputError, NotEnoughDataError
 from retrain_contract import container
+from retrain_contract.ledger import RECORD_FENCE_SECONDS
 from tests.unit.functions.support import (
     freeze_run,
     function_environment,
@@ -120,6 +121,42 @@ def test_prepare_freezes_accepted_images_into_the_manifest_and_takes_the_lock(aw
     )
     record = runs.get_run("flowers", "run-1", table_name=aws.runs_table, client=aws.dynamodb)
     assert record is not None and record["status"] == "RUNNING" and record["manifest_size"] == 2
+
+
+@pytest.mark.parametrize(
+    ("trigger", "quiet", "before"),
+    [
+        ("schedule", 60, RECORD_FENCE_SECONDS),
+        ("upload", RECORD_FENCE_SECONDS, RECORD_FENCE_SECONDS),
+        ("upload", RECORD_FENCE_SECONDS - 1, 0),  # an upload of the run may be inside the fence
+        ("manual", 60, 0),  # a manual run trains what was recorded until it started
+    ],
+)
+def test_an_automatic_run_after_a_quiet_period_needs_no_fence(
+    aws, config, events_dir, trigger, quiet, before
+):
+    from datetime import UTC, datetime, timedelta
+
+    from retrain_training import freeze
+
+    # GIVEN uploads recorded a quiet period before the run starts
+    _upload(aws, config, events_dir, "data/flowers/daisy/a.jpg", "data/flowers/tulip/b.png")
+    now = datetime.now(UTC) + timedelta(seconds=quiet)
+    policy = dataclasses.replace(config.policy, quiet_period_seconds=quiet)
+    config = dataclasses.replace(config, policy=policy)
+    # WHEN the run is prepared
+    event = {"input": {"dataset": "flowers", "trigger": trigger}, "execution_name": "run-1"}
+    state = prepare.prepare(event, config=config, dynamodb=aws.dynamodb, s3=aws.s3, now=now)
+    run = state["run"]
+    # THEN its cut is `before` seconds before it started, and the freezing job waits only the rest of
+    # the fence
+    cut = freeze.parse_time(run["cut"])
+    assert cut == pytest.approx((now - timedelta(seconds=before)).timestamp())
+    waited = freeze.wait_for_fence(run["cut"], clock=now.timestamp, sleep=lambda _: None)
+    assert waited == pytest.approx(RECORD_FENCE_SECONDS - before)
+    # AND every upload the dispatcher saw is the run's
+    frozen = freeze_run(aws, config, dict(state), tempfile.mkdtemp(prefix="freeze-"))["run"]
+    assert frozen["manifest_size"] == 2
 
 
 def test_import_paths_are_the_new_labels_or_the_whole_data_set_beyond_fsx_limits(aws, config, events_dir):
