@@ -31,6 +31,7 @@ from retrain.demo import (
     DEMO_DATASET,
     DEMO_TIMEOUT_MINUTES,
     PHOTO_PARAMETERS,
+    Clock,
     DemoOptions,
     held_out_table,
     lineage_table,
@@ -249,30 +250,39 @@ def demo(  # noqa: PLR0913
         parameters=tuple(parse_assignments(parameter or [], "--parameter").items()),
     )
     console = _console(json_output)
-    with run_demo(options, console=console, quiet=json_output) as ran:
-        try:
-            reported = [_report(ran.deployment, r, upload_keys=ran.upload_keys) for r in ran.records]
-            if len(reported) > 1 and not json_output:
-                console.print(lineage_table(reported))
-            if ran.held_out and not json_output:
-                console.print(held_out_table(ran, dataset))
-            if json_output:
-                typer.echo(json.dumps(demo_summary(reported), default=str))
-            _conclude(reported[-1], json_output=False, console=console, quiet=json_output)
-        finally:
-            if not json_output:
-                sfn = ran.deployment.client("stepfunctions")
-                phases = {
-                    r["run_id"]: timing.run_phases(sfn, r["execution_arn"])
-                    for r in ran.records
-                    if r.get("execution_arn")
-                }
-                console.print(timing_table(ran.phases, phases))
-                if ran.deployment.outputs.get(names.STACK_OUTPUTS["mlflow"]):
-                    console.print(
-                        f"Every run, trial and model is in MLflow (experiment retrain/{dataset}): "
-                        "open it with `retrain ui`."
-                    )
+    timed: tuple[Clock, dict[str, list[timing.Phase]], bool] | None = None
+    try:
+        with run_demo(options, console=console, quiet=json_output) as ran:
+            try:
+                reported = [_report(ran.deployment, r, upload_keys=ran.upload_keys) for r in ran.records]
+                ran.clock.lap("reports")
+                if len(reported) > 1 and not json_output:
+                    console.print(lineage_table(reported))
+                if ran.held_out and not json_output:
+                    console.print(held_out_table(ran, dataset))
+                    ran.clock.lap("the champion's endpoint classifies the held-out digits")
+                if json_output:
+                    typer.echo(json.dumps(demo_summary(reported), default=str))
+                _conclude(reported[-1], json_output=False, console=console, quiet=json_output)
+            finally:
+                if not json_output:
+                    sfn = ran.deployment.client("stepfunctions")
+                    phases = {
+                        r["run_id"]: timing.run_phases(sfn, r["execution_arn"])
+                        for r in ran.records
+                        if r.get("execution_arn")
+                    }
+                    timed = ran.clock, phases, bool(ran.deployment.outputs.get(names.STACK_OUTPUTS["mlflow"]))
+    finally:
+        if timed is not None:
+            clock, phases, mlflow = timed
+            clock.lap("stop the stack, save its state")
+            console.print(timing_table(clock.phases, phases))
+            if mlflow:
+                console.print(
+                    f"Every run, trial and model is in MLflow (experiment retrain/{dataset}): "
+                    "open it with `retrain ui`."
+                )
 
 
 @app.command()

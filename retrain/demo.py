@@ -102,7 +102,7 @@ class DemoRun:
     deployment: Deployment
     records: list[runs.RunRecord]  # one per upload wave, in order
     upload_keys: set[str]
-    phases: list[Phase]  # the demo's own, before and around the runs: where its wall time went
+    clock: Clock  # the demo's own steps, before and around the runs: where its wall time went
     held_out: list[LocalFile]  # digits no run saw, for the champion's endpoint to classify at the end
 
     @property
@@ -174,7 +174,7 @@ def run_demo(options: DemoOptions, *, console: Console, quiet: bool) -> Iterator
     grows its head for the new label. ``quiet`` leaves out the progress lines between steps (the JSON
     output wants stdout to itself)."""
     check_options(options)
-    clock = _Clock()
+    clock = Clock()
     with contextlib.ExitStack() as cleanup:
         root = options.images
         if root is None:
@@ -205,14 +205,14 @@ def run_demo(options: DemoOptions, *, console: Console, quiet: bool) -> Iterator
             keys |= wave_keys
             if record["status"] not in ("SUCCEEDED", "REJECTED"):
                 break  # a later wave would only repeat the failure
-        yield DemoRun(deployment, records, keys, clock.phases, held)
+        yield DemoRun(deployment, records, keys, clock, held)
 
 
 def _run_wave(
     deployment: Deployment,
     files: list[LocalFile],
     options: DemoOptions,
-    clock: _Clock,
+    clock: Clock,
     *,
     min_new_images: int,
     console: Console,
@@ -346,7 +346,7 @@ def wait_until_recorded(
 RUN_PHASE = "run "
 
 
-class _Clock:
+class Clock:
     """Wall-clock laps of the demo's steps."""
 
     def __init__(self) -> None:

@@ -23,6 +23,7 @@ import socket
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
@@ -79,6 +80,13 @@ RESTORE_KEY: Final = "retrain-restore"
 _ECR_IMAGE: Final = re.compile(
     r"^(?P<registry>[0-9]{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?/(?P<repository>[^:@]+)"
 )
+
+
+def _timed(step: str, stop: Callable[[], object]) -> None:
+    """One step of stopping the stack, with what it took in the log."""
+    began = time.monotonic()
+    stop()
+    LOG.info("stopping: %s took %.1f s", step, time.monotonic() - began)
 
 
 class EmbeddedStackError(RuntimeError):
@@ -499,25 +507,25 @@ class EmbeddedStack:
         LOG.info("stopping the embedded stack %s", self.stack_name)
         with contextlib.ExitStack() as steps:
             # ExitStack runs these last-pushed-first: server, patches, runtime, save, then the workers.
-            steps.callback(self.gatekeeper.evaluator.close)
-            steps.callback(self._stop_server)
+            steps.callback(_timed, "gatekeeper", self.gatekeeper.evaluator.close)
+            steps.callback(_timed, "server", self._stop_server)
             if self.mlflow_app is not None:
-                steps.callback(self.mlflow_app.stop)
-            steps.callback(self._exit.close)
+                steps.callback(_timed, "MLflow app", self.mlflow_app.stop)
+            steps.callback(_timed, "patches", self._exit.close)
             if self.runtime is not None:
-                steps.callback(self.runtime.close)
+                steps.callback(_timed, "Lambda runtime", self.runtime.close)
             if save and self.wiring is not None:
-                steps.callback(self._save_logged)
+                steps.callback(_timed, "save", self._save_logged)
             if self.fsx is not None:
-                steps.callback(self.fsx.wait)
+                steps.callback(_timed, "FSx tasks", self.fsx.wait)
             if self.job_events is not None:
-                steps.callback(self.job_events.stop)
+                steps.callback(_timed, "job events", self.job_events.stop)
             if self.sagemaker is not None:
-                steps.callback(self.sagemaker.close)
+                steps.callback(_timed, "SageMaker", self.sagemaker.close)
             if self._scheduler is not None:
-                steps.callback(self._scheduler.stop)
+                steps.callback(_timed, "scheduler", self._scheduler.stop)
             for poller in self._pollers:
-                steps.callback(poller.stop)
+                steps.callback(_timed, "SQS poller", poller.stop)
             self._pollers.clear()
         LOG.info("embedded stack %s stopped in %.1f s", self.stack_name, time.monotonic() - began)
 
