@@ -546,6 +546,17 @@ class EmbeddedStack:
         self._server.stop()
         self._server = None
 
+    def _dropped_from_snapshot(self) -> dict[str, list[str]]:
+        """bucket -> key prefixes whose only reader is gone: ended training jobs' checkpoints and the
+        checkpoint copies ended evaluations read."""
+        if self.sagemaker is None:
+            return {}
+        dropped: dict[str, list[str]] = {}
+        for found in (self.sagemaker.ended_checkpoint_prefixes(), self.sagemaker.ended_checkpoint_inputs()):
+            for bucket, prefixes in found.items():
+                dropped.setdefault(bucket, []).extend(prefixes)
+        return dropped
+
     def _save(self) -> None:
         assert self.wiring is not None
         # Never save buckets that a lazy restore has not filled yet.
@@ -562,7 +573,7 @@ class EmbeddedStack:
             tables=list(self.wiring.tables.values()),
             pruning=snapshot.Pruning(
                 current_only=True,
-                dropped=self.sagemaker.ended_checkpoint_prefixes() if self.sagemaker is not None else {},
+                dropped=self._dropped_from_snapshot(),
             ),
         )
 

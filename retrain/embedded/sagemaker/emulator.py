@@ -39,6 +39,7 @@ from retrain.embedded.sagemaker.validation import (
     check_training_request,
     require,
 )
+from retrain_contract import container as contract
 
 # The resource types of a job ARN whose tags the emulator keeps, and the kind of record each is.
 _TAGGED_KINDS = {
@@ -50,6 +51,11 @@ _TAGGED_KINDS = {
 
 def _rejected_in_status(kind: str, status: str, operation: str) -> Exception:
     return validation(f"The request was rejected because the {kind} job is in status {status}.", operation)
+
+
+def _is_checkpoint(name: str) -> bool:
+    step = name.removeprefix(contract.CHECKPOINT_PREFIX).removesuffix(contract.CHECKPOINT_SUFFIX)
+    return name == contract.checkpoint_name(int(step)) if step.isdigit() else False
 
 
 class SageMakerEmulator:
@@ -115,6 +121,25 @@ class SageMakerEmulator:
         for bucket, prefix in sorted(ended - active):
             prefixes.setdefault(bucket, []).append(prefix)
         return prefixes
+
+    def ended_checkpoint_inputs(self) -> dict[str, list[str]]:
+        """bucket -> the checkpoint files (the contract's names) that only ended Processing jobs read: a
+        checkpoint evaluation's copy, read by its one job (`ended_checkpoint_prefixes`' reasoning)."""
+        ended: set[tuple[str, str]] = set()
+        active: set[tuple[str, str]] = set()
+        for _, record in self.jobs.snapshots("processing"):
+            for channel in record["request"].get("ProcessingInputs") or []:
+                uri = (channel.get("S3Input") or {}).get("S3Uri", "")
+                location = S3Uri.parse(uri) if uri.startswith("s3://") else None
+                name = location.key.rsplit("/", 1)[-1] if location is not None else ""
+                if location is None or not _is_checkpoint(name):
+                    continue
+                where = (location.bucket, location.key)
+                (active if record["ProcessingJobStatus"] in ACTIVE else ended).add(where)
+        keys: dict[str, list[str]] = {}
+        for bucket, key in sorted(ended - active):
+            keys.setdefault(bucket, []).append(key)
+        return keys
 
     # -- training jobs -----------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ first run's tuning job. The injected faults are test_e2e_faults.py's subject.
 from __future__ import annotations
 
 import io
+import json
 import re
 import time
 from collections import Counter
@@ -103,6 +104,9 @@ def test_an_upload_alone_runs_the_whole_flow_and_a_later_run_warm_starts_after_a
         _the_champion_deploys_and_answers_what_evaluate_scores(happy, tmp_path / "held-out")
         _every_role_was_authorised_and_none_was_refused(happy)
     first = happy.record
+    # The saved state keeps no checkpoint whose reader is gone: the trials' own (their jobs ended) and the
+    # copies the checkpoint evaluations read (they ended too).
+    assert _saved_checkpoints(tmp_path / "state") == []
 
     # A new stack process from the same state directory (a second `retrain demo`), more digits uploaded.
     with run_to_the_end(
@@ -167,6 +171,16 @@ def test_an_upload_alone_runs_the_whole_flow_and_a_later_run_warm_starts_after_a
     # The trials' checkpoints were dropped once their tuning job had ended, the final job's once it had.
     assert checkpoints_left == []
     _every_run_trial_and_model_is_in_mlflow(tracked, first, later)
+
+
+def _saved_checkpoints(state_dir: Path) -> list[str]:
+    """The checkpoint files (the contract's names) in the stack's saved snapshot."""
+    return [
+        entry["Key"]
+        for index in sorted((state_dir / "snapshot" / "s3").glob("*/index.json"))
+        for entry in json.loads(index.read_text(encoding="utf-8"))
+        if re.search(r"/ckpt-\d{9}\.pt$", entry["Key"])
+    ]
 
 
 def _tracked_in_mlflow(finished: Finished, wait_seconds: float = 120.0) -> dict[str, Any]:
