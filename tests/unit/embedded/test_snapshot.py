@@ -57,7 +57,13 @@ def test_a_restored_stack_has_every_version_item_and_log_event_it_saved(tmp_path
                 Bucket=BUCKET, Key=f"checkpoints/ckpt-{number:02d}.pt", Body=f"step {number}".encode()
             )
         for body in ("first", "second", "third"):
-            s3.put_object(Bucket=BUCKET, Key="runs/record.json", Body=body.encode(), Metadata={"m": body})
+            s3.put_object(
+                Bucket=BUCKET,
+                Key="runs/record.json",
+                Body=body.encode(),
+                Metadata={"m": body},
+                ContentType="application/json",
+            )
         s3.put_object(Bucket=BUCKET, Key="runs/gone.txt", Body=b"soon deleted")
         s3.delete_object(Bucket=BUCKET, Key="runs/gone.txt")
         c["dynamodb_client"].put_item(
@@ -83,7 +89,7 @@ def test_a_restored_stack_has_every_version_item_and_log_event_it_saved(tmp_path
         assert before["runs/record.json"] == ["first", "second", "third"]
         assert before["runs/gone.txt"] == ["soon deleted", "deleted"]
         head = c["s3_client"].head_object(Bucket=BUCKET, Key="runs/record.json")
-        assert head["Metadata"] == {"m": "third"}
+        assert (head["Metadata"], head["ContentType"]) == ({"m": "third"}, "application/json")
         # AND the items and log events are back
         item = c["dynamodb_client"].get_item(TableName=TABLE, Key={"pk": {"S": "run-1"}})["Item"]
         assert item["blob"]["B"] == b"\x00\x01"
