@@ -60,12 +60,17 @@ DEMO_PARAMETERS = {
     "Optimizers": "adamw",
     "BatchSize": "32",
     "CheckpointEverySteps": "50",
+    # every 4th checkpoint of a trial evaluated, not the stack's every 2nd: 18 Processing jobs a demo
+    # shared the 2 cores with training (BENCHMARKS.md, "make demo")
+    "CheckpointEvaluationEvery": "4",
     "FinalTraining": "false",
     "MaxTuningJobs": "2",
     "MaxParallelTuningJobs": "2",
     "ImportPollSeconds": "2",
     "MinNewImages": "1",
-    "QuietPeriodSeconds": "15",
+    # as long as the freezing job's fence (retrain_contract.ledger.RECORD_FENCE_SECONDS): a run that
+    # starts after it puts its cut that far back, and its freezing job need not wait (prepare.cut_of)
+    "QuietPeriodSeconds": "20",
     "MaxWaitSeconds": "1800",
     # Every run, trial and model in MLflow: the stack's own MLflow app, its store in the state directory
     # (`retrain ui` opens it).
