@@ -91,6 +91,7 @@ bench: setup
 	$(BIN)/python bench/transfer.py --recipes --append BENCHMARKS.md
 	$(BIN)/python bench/run_jobs.py --append BENCHMARKS.md
 	$(BIN)/python bench/rules.py --append BENCHMARKS.md
+	$(BIN)/python bench/first_contact.py --repeat 3 --append BENCHMARKS.md
 
 # The base image's URI in REGION comes from sagemaker-core's image-URI data (retrain/dev/base_image.py).
 REGION ?= $(AWS_DEFAULT_REGION)
