@@ -29,8 +29,8 @@ from typing import Any, Final
 from retrain.embedded.account import ACCOUNT_ID
 
 LOG_GROUP_PREFIXES: Final = ("/aws/sagemaker/", "/aws/lambda/")
-# Objects moved at once: the server hashes and copies large bodies (checkpoints) with the GIL released,
-# so a few threads finish sooner than one, also on 2 cores (bench/snapshot.py).
+# Objects moved at once: restoring, the server hashes and copies large bodies (checkpoints) with the GIL
+# released, so a few threads finish sooner than one, also on 2 cores (bench/snapshot.py).
 TRANSFER_THREADS: Final = 4
 BATCH_WRITE_ITEMS: Final = 25  # DynamoDB's limit
 PARTITION: Final = "aws"  # moto keeps a backend per account and partition

@@ -29,7 +29,7 @@ from retrain.embedded.sagemaker.registry import ModelRegistry
 from retrain.embedded.sagemaker.responses import INTERRUPTIONS_FIELD
 from retrain.embedded.sagemaker.s3io import S3Uri
 from retrain.embedded.sagemaker.scheduler import ACTIVE, JobScheduler, SchedulerSettings
-from retrain.embedded.sagemaker.training import JobContext, JobControl
+from retrain.embedded.sagemaker.training import CHECKPOINT_PATTERN, JobContext, JobControl
 from retrain.embedded.sagemaker.tuning import TUNING_OPERATION
 from retrain.embedded.sagemaker.validation import (
     TUNING_NAME_PATTERN,
@@ -39,7 +39,6 @@ from retrain.embedded.sagemaker.validation import (
     check_training_request,
     require,
 )
-from retrain_contract import container as contract
 
 # The resource types of a job ARN whose tags the emulator keeps, and the kind of record each is.
 _TAGGED_KINDS = {
@@ -53,9 +52,12 @@ def _rejected_in_status(kind: str, status: str, operation: str) -> Exception:
     return validation(f"The request was rejected because the {kind} job is in status {status}.", operation)
 
 
-def _is_checkpoint(name: str) -> bool:
-    step = name.removeprefix(contract.CHECKPOINT_PREFIX).removesuffix(contract.CHECKPOINT_SUFFIX)
-    return name == contract.checkpoint_name(int(step)) if step.isdigit() else False
+def _by_bucket(places: set[tuple[str, str]]) -> dict[str, list[str]]:
+    """(bucket, key or prefix) pairs as bucket -> sorted keys or prefixes."""
+    found: dict[str, list[str]] = {}
+    for bucket, where in sorted(places):
+        found.setdefault(bucket, []).append(where)
+    return found
 
 
 class SageMakerEmulator:
@@ -117,29 +119,22 @@ class SageMakerEmulator:
                 location = S3Uri.parse(uri)
                 where = (location.bucket, location.key.rstrip("/") + "/")
                 (active if record["TrainingJobStatus"] in ACTIVE else ended).add(where)
-        prefixes: dict[str, list[str]] = {}
-        for bucket, prefix in sorted(ended - active):
-            prefixes.setdefault(bucket, []).append(prefix)
-        return prefixes
+        return _by_bucket(ended - active)
 
     def ended_checkpoint_inputs(self) -> dict[str, list[str]]:
-        """bucket -> the checkpoint files (the contract's names) that only ended Processing jobs read: a
+        """bucket -> the checkpoint files (CHECKPOINT_PATTERN) that only ended Processing jobs read: a
         checkpoint evaluation's copy, read by its one job (`ended_checkpoint_prefixes`' reasoning)."""
         ended: set[tuple[str, str]] = set()
         active: set[tuple[str, str]] = set()
         for _, record in self.jobs.snapshots("processing"):
             for channel in record["request"].get("ProcessingInputs") or []:
                 uri = (channel.get("S3Input") or {}).get("S3Uri", "")
-                location = S3Uri.parse(uri) if uri.startswith("s3://") else None
-                name = location.key.rsplit("/", 1)[-1] if location is not None else ""
-                if location is None or not _is_checkpoint(name):
+                if not uri.startswith("s3://") or CHECKPOINT_PATTERN.search(uri) is None:
                     continue
+                location = S3Uri.parse(uri)
                 where = (location.bucket, location.key)
                 (active if record["ProcessingJobStatus"] in ACTIVE else ended).add(where)
-        keys: dict[str, list[str]] = {}
-        for bucket, key in sorted(ended - active):
-            keys.setdefault(bucket, []).append(key)
-        return keys
+        return _by_bucket(ended - active)
 
     # -- training jobs -----------------------------------------------------------------------------
 

@@ -174,12 +174,12 @@ def test_an_upload_alone_runs_the_whole_flow_and_a_later_run_warm_starts_after_a
 
 
 def _saved_checkpoints(state_dir: Path) -> list[str]:
-    """The checkpoint files (the contract's names) in the stack's saved snapshot."""
+    """The checkpoint files (contract.CHECKPOINT_REGEX) in the stack's saved snapshot."""
     return [
         entry["Key"]
         for index in sorted((state_dir / "snapshot" / "s3").glob("*/index.json"))
         for entry in json.loads(index.read_text(encoding="utf-8"))
-        if re.search(r"/ckpt-\d{9}\.pt$", entry["Key"])
+        if re.search(contract.CHECKPOINT_REGEX, entry["Key"])
     ]
 
 
