@@ -4,9 +4,9 @@ What the README shows a newcomer, timed as they would live it, each step a `retr
 directory (a fresh state): `retrain local up` (the background stack, with `retrain demo --images`'
 parameters), N photos in L labels written as JPEGs (crops of the photographs scikit-image ships:
 retrain.demo_data.write_photos, --size pixels square), `retrain upload DIR --dataset photos`, then
-`retrain runs --json` every 2 s until the run the uploads started has ended, `retrain report RUN` for
-its phases (Step Functions' history), and `retrain local down`. The run's top-1 is the gate's: the
-registered model on the run's held-out split.
+`retrain runs --json` every 2 s until the run the uploads started has ended, its phases from Step
+Functions' history (retrain.timing, as its report's table), and `retrain local down`. The run's top-1
+is the gate's: the registered model on the run's held-out split.
 
     .venv/bin/python bench/first_contact.py [--repeat 3] [--per-class 30 --labels cat,coffee]
     add --append BENCHMARKS.md to record the result
@@ -27,7 +27,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.results import machine_line, publish, when
-from retrain import demo_data
+from controller import names, runs
+from retrain import demo_data, local, timing
 
 RETRAIN = Path(sys.executable).with_name("retrain")
 DATASET = "photos"
@@ -40,7 +41,7 @@ class Contact:
     """One first contact's wall times (s) by step, the run's phases and its outcome."""
 
     steps: dict[str, float] = field(default_factory=dict)
-    phases: list[tuple[str, str]] = field(default_factory=list)
+    phases: list[timing.Phase] = field(default_factory=list)
     status: str = ""
     top1: float | None = None
     run_id: str = ""
@@ -59,18 +60,16 @@ def retrain(*args: str, cwd: Path) -> str:
     return done.stdout
 
 
-def phases_of(report: str) -> list[tuple[str, str]]:
-    """The rows of the report's "Where the time went" table: (phase, seconds)."""
-    rows: list[tuple[str, str]] = []
-    inside = False
-    for line in report.splitlines():
-        if line.startswith("## "):
-            inside = line.strip() == "## Where the time went"
-            continue
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if inside and line.startswith("|") and len(cells) >= 2 and not set(cells[1]) <= {"-", ":", " "}:
-            rows.append((cells[0], cells[1]))
-    return rows[1:] if rows and not rows[0][1][:1].isdigit() else rows
+def run_phases(cwd: Path, run_id: str) -> list[timing.Phase]:
+    """The run's phases, read from the background stack `retrain local up` started in `cwd`."""
+    deployment = local.background(cwd / local.DEFAULT_STATE_DIR)
+    if deployment is None:
+        raise RuntimeError(f"no stack of `retrain local up` runs in {cwd}")
+    table = deployment.output(names.STACK_OUTPUTS["runs_table"])
+    record = runs.get_run(DATASET, run_id, table_name=table, client=deployment.client("dynamodb"))
+    if record is None:
+        raise RuntimeError(f"run {run_id} has no record in {table}")
+    return timing.run_phases(deployment.client("stepfunctions"), record["execution_arn"])
 
 
 def first_contact(labels: list[str], per_class: int, size: int) -> Contact:
@@ -107,8 +106,7 @@ def first_contact(labels: list[str], per_class: int, size: int) -> Contact:
             contact.run_id, contact.status = str(run["run_id"]), str(run["status"])
             objective = run.get("objective")
             contact.top1 = float(objective) if isinstance(objective, int | float) else None
-            retrain("report", contact.run_id, "--dataset", DATASET, cwd=cwd)  # writes runs/RUN/report.md
-            contact.phases = phases_of((cwd / "runs" / contact.run_id / "report.md").read_text())
+            contact.phases = run_phases(cwd, contact.run_id)
         finally:
             retrain("local", "down", cwd=cwd)
     return contact
@@ -133,12 +131,14 @@ def section(contacts: list[Contact], args: argparse.Namespace, load: tuple[float
         + " | ".join(f"{c.status}, {'-' if c.top1 is None else f'{c.top1:.3f}'}" for c in contacts)
         + " |"
     )
-    lines += ["", "The run's phases (its report's table, Step Functions' history):", ""]
-    names = [name for name, _ in contacts[0].phases]
+    lines += ["", "The run's phases (Step Functions' history, as its report's table):", ""]
+    seconds = [{p.name: p.seconds for p in c.phases} for c in contacts]
     lines.append("| phase | " + " | ".join(f"contact {i + 1} (s)" for i in range(len(contacts))) + " |")
     lines.append("| --- |" + " ---: |" * len(contacts))
-    for name in names:
-        lines.append(f"| {name} | " + " | ".join(dict(c.phases).get(name, "-") for c in contacts) + " |")
+    for phase in contacts[0].phases:
+        cells = (f"{s[phase.name]:.0f}" if phase.name in s else "-" for s in seconds)
+        lines.append(f"| {phase.name} | " + " | ".join(cells) + " |")
+    lines.append("| **total** | " + " | ".join(f"**{sum(s.values()):.0f}**" for s in seconds) + " |")
     return "\n".join(lines) + "\n"
 
 
