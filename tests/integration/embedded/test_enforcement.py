@@ -237,21 +237,23 @@ def test_when_recording_a_failure_fails_the_execution_ended_rule_closes_the_run(
         assert "the failure could not be recorded" in execution["cause"]
         # AND the execution-ended rule marks the run FAILED, releases the lock and tells the subscribers
         table, dynamodb = outputs[names.STACK_OUTPUTS["runs_table"]], stack.client("dynamodb")
+        # (two writes, the run's record then the lock: wait for both, as a reader on AWS would)
         deadline = time.monotonic() + 60
-        record = None
+        record: dict[str, Any] | None = None
+        lock: dict[str, Any] = {}
         while time.monotonic() < deadline:
             record = runs.get_run(DATASET, "unrecorded", table_name=table, client=dynamodb)
-            if record is not None and record["status"] == "FAILED":
+            lock = dynamodb.get_item(
+                TableName=outputs[names.STACK_OUTPUTS["datasets_table"]],
+                Key={names.DATASETS_PK: {"S": DATASET}},
+                ConsistentRead=True,
+            )["Item"]
+            if record is not None and record["status"] == "FAILED" and names.LOCK_ATTRIBUTE not in lock:
                 break
             time.sleep(0.5)
         assert record is not None and record["status"] == "FAILED", record
         assert "ImportFailedError" in record["failure"]["cause"]
-        lock = dynamodb.get_item(
-            TableName=outputs[names.STACK_OUTPUTS["datasets_table"]],
-            Key={names.DATASETS_PK: {"S": DATASET}},
-            ConsistentRead=True,
-        )["Item"]
-        assert names.LOCK_ATTRIBUTE not in lock
+        assert names.LOCK_ATTRIBUTE not in lock, lock
         messages = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10, WaitTimeSeconds=5).get(
             "Messages", []
         )
