@@ -31,7 +31,7 @@ from typing import Any, Final
 import boto3
 from botocore.config import Config
 
-from retrain.embedded import snapshot
+from retrain.embedded import s3_versions, snapshot
 from retrain.embedded.account import ACCOUNT_ID, REGION
 from retrain.embedded.awslambda.interpreters import RuntimeUnavailableError
 from retrain.embedded.awslambda.runtime import LambdaRuntime
@@ -271,6 +271,7 @@ class EmbeddedStack:
         )
         self._exit.enter_context(install_api(self.fsx))
         self._exit.enter_context(s3_notices.installed())
+        self._exit.enter_context(s3_versions.installed())
         self._exit.enter_context(sqs_speed.installed())
         self._exit.enter_context(item_size.installed())
         from retrain.embedded.sagemaker import api_installed
