@@ -76,3 +76,25 @@ def _fake_aws_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 @pytest.fixture
 def events_dir() -> Path:
     return EVENTS_DIR
+
+
+# The longest tests, minutes each (the embedded stack's end-to-end runs; CI's `--durations`), start first
+# and the rest follow: with `make pytest`'s `--dist worksteal` the two workers then share the short tests
+# and end within seconds of each other, where a long test that started last kept one worker alone.
+LONGEST_FIRST = (
+    "tests/integration/embedded/test_e2e_catalogue.py",
+    "tests/integration/embedded/test_e2e.py",
+    "tests/integration/test_cli_demo.py",
+    "tests/integration/embedded/test_e2e_faults.py",
+    "tests/integration/embedded/test_e2e_data.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        path = item.path.relative_to(REPO_ROOT).as_posix()
+        if path in LONGEST_FIRST:
+            return LONGEST_FIRST.index(path)
+        return len(LONGEST_FIRST) + (0 if item.get_closest_marker("slow") else 1)
+
+    items.sort(key=rank)  # stable: collection order within each rank
