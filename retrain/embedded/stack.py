@@ -39,7 +39,7 @@ from retrain.embedded.dynamodb import item_size
 from retrain.embedded.events import s3_notices, sqs_speed
 from retrain.embedded.events.sagemaker_jobs import JobEvents
 from retrain.embedded.events.scheduler import Scheduler
-from retrain.embedded.events.sqs_poller import SqsPoller
+from retrain.embedded.events.sqs_poller import INITIAL_CONCURRENT_BATCHES, SqsPoller
 from retrain.embedded.faults import FaultingSageMaker, Faults
 from retrain.embedded.fsx.api import install_api
 from retrain.embedded.fsx.emulator import FsxEmulator
@@ -417,6 +417,7 @@ class EmbeddedStack:
             sqs_client=self.client("sqs"),
             events_client=self.client("events"),
             s3_client=s3,
+            parameters=parameters,
         )
         self.wiring.external = external
         self.runtime.functions = dict(self.wiring.functions)
@@ -485,6 +486,12 @@ class EmbeddedStack:
                     invoke=self.runtime.invoke,
                     region=REGION,
                     time_scale=self.time_scale,
+                    # as many batches at once as Lambda starts with, within the mapping's maximum and
+                    # the functions this machine runs at once
+                    concurrency=min(
+                        mapping.maximum_concurrency or INITIAL_CONCURRENT_BATCHES,
+                        self.runtime.max_concurrency,
+                    ),
                 )
                 poller.start()
                 self._pollers.append(poller)

@@ -191,6 +191,11 @@ class LambdaRuntime:
         self._log_lock = threading.Lock()
         self._closed = False
 
+    @property
+    def max_concurrency(self) -> int:
+        """How many invocations of one function run at once."""
+        return self._max
+
     def resolve(self, function: str) -> FunctionSpec:
         """A function by name, ARN or template logical id."""
         name = function.rsplit(":function:", maxsplit=1)[-1].split(":", maxsplit=1)[0]

@@ -1,7 +1,8 @@
 """Lambda's SQS event-source mappings, which moto does not run the way Lambda does.
 
 moto invokes an SQS-mapped function inline, one message at a time, at SendMessage. Lambda instead polls:
-batches of up to BatchSize gathered for up to MaximumBatchingWindowInSeconds, partial batch failures
+batches of up to BatchSize gathered for up to MaximumBatchingWindowInSeconds, several batches at once (five
+to start with, at most the mapping's ScalingConfig MaximumConcurrency), partial batch failures
 (``batchItemFailures`` when ReportBatchItemFailures is on), failed messages back to the queue after their
 visibility timeout and to the dead-letter queue after the redrive policy's maxReceiveCount (moto's SQS
 does the last move at receive time). :class:`SqsPoller` does that; ``time_scale`` shrinks batching
@@ -34,6 +35,13 @@ class SqsMapping:
     batching_window_seconds: float = 0.0
     report_batch_item_failures: bool = False
     enabled: bool = True
+    maximum_concurrency: int | None = None  # ScalingConfig.MaximumConcurrency (2-1,000), None when unset
+
+
+# Lambda's SQS pollers start with five concurrent batches and scale out from there (the Lambda developer
+# guide, "Scaling and processing" of SQS event sources): the batches one mapping runs at once here.
+INITIAL_CONCURRENT_BATCHES = 5
+DELETE_BATCH = 10  # DeleteMessageBatch takes at most 10 entries
 
 
 def sqs_record(message: dict[str, Any], queue_arn: str, region: str) -> dict[str, Any]:
@@ -90,6 +98,7 @@ class SqsPoller:
         region: str = REGION,
         time_scale: float = 1.0,
         control_client: Any = None,
+        concurrency: int = 1,
     ) -> None:
         self.mapping = mapping
         self._sqs = sqs_client
@@ -100,18 +109,25 @@ class SqsPoller:
         self._region = region
         self._scale = time_scale
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True, name=f"sqs-{mapping.function}")
+        # One thread per batch in flight: each receives, invokes and deletes on its own, as Lambda's do.
+        self._threads = [
+            threading.Thread(target=self._loop, daemon=True, name=f"sqs-{mapping.function}-{n}")
+            for n in range(max(1, concurrency))
+        ]
         visibility = sqs_client.get_queue_attributes(
             QueueUrl=mapping.queue_url, AttributeNames=["VisibilityTimeout"]
         )
         self._visibility = int(visibility["Attributes"].get("VisibilityTimeout", "30"))
 
     def start(self) -> None:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
-        self._thread.join(timeout)
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def _receive(self) -> list[dict[str, Any]]:
         batch: list[dict[str, Any]] = []
@@ -151,6 +167,7 @@ class SqsPoller:
                 exc,
             )
             failed = None
+        done = []
         for message in batch:
             if failed is None or message["MessageId"] in failed:
                 self._control.change_message_visibility(
@@ -159,10 +176,21 @@ class SqsPoller:
                     VisibilityTimeout=max(0, round(self._visibility * self._scale)),
                 )
             else:
-                self._sqs.delete_message(
-                    QueueUrl=self.mapping.queue_url, ReceiptHandle=message["ReceiptHandle"]
-                )
+                done.append(message)
+        self._delete(done)
         return len(batch)
+
+    def _delete(self, messages: list[dict[str, Any]]) -> None:
+        """The processed messages, ten to a DeleteMessageBatch (the same sqs:DeleteMessage permission); one
+        that fails to delete comes back after its visibility timeout, as on Lambda."""
+        for start in range(0, len(messages), DELETE_BATCH):
+            chunk = messages[start : start + DELETE_BATCH]
+            response = self._sqs.delete_message_batch(
+                QueueUrl=self.mapping.queue_url,
+                Entries=[{"Id": str(n), "ReceiptHandle": m["ReceiptHandle"]} for n, m in enumerate(chunk)],
+            )
+            for failure in response.get("Failed", []):
+                LOG.warning("a processed message of %s stays: %s", self.mapping.queue_url, failure)
 
     def _loop(self) -> None:
         while not self._stop.is_set():

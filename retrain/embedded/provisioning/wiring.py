@@ -4,6 +4,7 @@ what moto's CloudFormation skips (bucket versioning and notifications) applied."
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -58,9 +59,11 @@ def wire(
     sqs_client: Any,
     events_client: Any,
     s3_client: Any,
+    parameters: Mapping[str, Any] | None = None,
 ) -> Wiring:
     """Read back what moto created and build the runtime's view of it; apply what moto's CFN skipped."""
     wiring = Wiring()
+    parameters = parameters or {}
     resources = translated["Resources"]
     for logical_id, resource in resources.items():
         kind, props = resource["Type"], resource.get("Properties", {})
@@ -80,7 +83,7 @@ def wire(
     for logical_id, resource in resources.items():
         kind, props = resource["Type"], resource.get("Properties", {})
         if kind == "AWS::Lambda::EventSourceMapping":
-            wiring.sqs_mappings.append(_sqs_mapping(logical_id, props, physical, sqs_client))
+            wiring.sqs_mappings.append(_sqs_mapping(logical_id, props, physical, sqs_client, parameters))
             wiring.logical_ids[logical_id] = kind
         elif kind == "AWS::Events::Rule" and logical_id in physical:
             _wire_rule(wiring, physical[logical_id].split("/")[-1], props, events_client)
@@ -159,7 +162,11 @@ def _queue_url(value: Any, physical: dict[str, str], sqs_client: Any) -> tuple[s
 
 
 def _sqs_mapping(
-    logical_id: str, props: dict[str, Any], physical: dict[str, str], sqs_client: Any
+    logical_id: str,
+    props: dict[str, Any],
+    physical: dict[str, str],
+    sqs_client: Any,
+    parameters: Mapping[str, Any],
 ) -> SqsMapping:
     source = props.get("EventSourceArn")
     logical = _ref_name(source)
@@ -181,7 +188,16 @@ def _sqs_mapping(
         batching_window_seconds=float(props.get("MaximumBatchingWindowInSeconds", 0)),
         report_batch_item_failures="ReportBatchItemFailures" in (props.get("FunctionResponseTypes") or []),
         enabled=bool(props.get("Enabled", True)),
+        maximum_concurrency=_number((props.get("ScalingConfig") or {}).get("MaximumConcurrency"), parameters),
     )
+
+
+def _number(value: Any, parameters: Mapping[str, Any]) -> int | None:
+    """A number property, given as is or as a Ref to a parameter; None when absent."""
+    name = _ref_name(value)
+    if name is not None:
+        value = parameters.get(name)
+    return None if value is None else int(value)
 
 
 def _resolve_arn(value: Any, physical: dict[str, str], sqs_client: Any) -> Any:

@@ -39,7 +39,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
         tmp_path_factory.mktemp("state"),
         template=FIXTURE,
         stack_name=STACK,
-        parameter_overrides={"Stage": "demo"},
+        parameter_overrides={"Stage": "demo", "IngestConcurrency": "4"},
     )
     embedded.start()
     yield embedded
@@ -81,6 +81,7 @@ def test_every_function_queue_table_rule_mapping_and_state_machine_is_wired(stac
         2,
         True,
     )
+    assert mapping.maximum_concurrency == 4  # the ScalingConfig's Ref, as the stack's parameter gives it
 
 
 def test_functions_get_the_environment_the_template_gives_them(stack: EmbeddedStack) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -62,6 +63,49 @@ def test_messages_arrive_in_batches_of_batch_size_and_are_deleted(sqs: Any) -> N
     assert sorted(len(batch) for batch in batches) == [2, 3]
     assert sorted(n for batch in batches for n in batch) == [0, 1, 2, 3, 4]
     assert _count(sqs, url) == 0
+
+
+def test_batches_run_at_once_up_to_the_pollers_concurrency(sqs: Any) -> None:
+    # GIVEN a queue with four batches of work and a function that returns only once two batches are in it
+    url, arn = _queue(sqs, "busy")
+    _send(sqs, url, 4)
+    together = threading.Barrier(2, timeout=5)
+    overlapped: list[bool] = []
+
+    def invoke(_name: str, _event: dict[str, Any]) -> None:
+        try:
+            together.wait()
+            overlapped.append(True)
+        except threading.BrokenBarrierError:
+            overlapped.append(False)
+
+    poller = SqsPoller(SqsMapping("fn", url, arn, batch_size=1), sqs_client=sqs, invoke=invoke, concurrency=2)
+    # WHEN it polls with two batches at once
+    poller.start()
+    deadline = time.monotonic() + 20
+    while len(overlapped) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    poller.stop()
+    # THEN every batch ran beside another (one poller at a time breaks the barrier) and all were deleted
+    assert overlapped == [True] * 4
+    assert _count(sqs, url) == 0
+
+
+def test_a_processed_batch_is_deleted_ten_messages_to_a_request(sqs: Any) -> None:
+    url, arn = _queue(sqs, "many")
+    _send(sqs, url, 25)
+    calls: list[int] = []
+    original = sqs.delete_message_batch
+
+    def counted(**kwargs: Any) -> Any:
+        calls.append(len(kwargs["Entries"]))
+        return original(**kwargs)
+
+    sqs.delete_message_batch = counted
+    mapping = SqsMapping("fn", url, arn, batch_size=25, batching_window_seconds=1)
+    poller = SqsPoller(mapping, sqs_client=sqs, invoke=lambda *_: None)
+    assert poller.poll_once() == 25
+    assert calls == [10, 10, 5] and _count(sqs, url) == 0
 
 
 def test_records_have_the_lambda_sqs_shape(sqs: Any) -> None:
