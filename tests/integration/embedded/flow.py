@@ -90,18 +90,25 @@ def run_to_the_end(
             label, filename = relative.split("/")
             key = names.upload_key(DATASET, label, filename)
             s3.put_object(Bucket=outputs[names.STACK_OUTPUTS["data_bucket"]], Key=key, Body=body)
+        sfn = stack.client("stepfunctions")
         record: runs.RunRecord | None = None
+        # The run's record is final a state or two before its execution ends (the notification follows):
+        # wait for both, so that a test reads the whole execution.
         while time.monotonic() - started < RUN_TIMEOUT_SECONDS:
             found = [
                 r
                 for r in runs.list_runs(table_name=table, dataset=DATASET, client=dynamodb)
                 if r["run_id"] not in earlier
             ]
-            if found and found[0]["status"] in runs.FINAL_STATUSES:
+            if (
+                found
+                and found[0]["status"] in runs.FINAL_STATUSES
+                and sfn.describe_execution(executionArn=found[0]["execution_arn"])["status"] != "RUNNING"
+            ):
                 record = found[0]
                 break
             time.sleep(2)
-        assert record is not None, f"no finished run after {RUN_TIMEOUT_SECONDS} s"
+        assert record is not None, f"no finished run and execution after {RUN_TIMEOUT_SECONDS} s"
         _print_timing(stack, record, time.monotonic() - started)
         yield Finished(stack, outputs, record)
     if not keep_state:  # reached only when the block raised nothing
