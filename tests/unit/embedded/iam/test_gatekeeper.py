@@ -198,3 +198,23 @@ def test_a_sync_task_is_refused_when_the_role_cannot_follow_the_job(stack: dict[
         "sagemaker:DescribeTrainingJob" in raised.value.message
         and "assumed-role/machine" in raised.value.message
     )
+
+
+def test_requests_are_routed_without_listing_motos_package(
+    stack: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # moto's own dispatcher lists its package directory (and stats every entry) for every request
+    from moto import backends
+
+    listed: list[int] = []
+    original = backends.list_of_moto_modules
+
+    def counted() -> Any:
+        listed.append(1)
+        return original()
+
+    monkeypatch.setattr(backends, "list_of_moto_modules", counted)
+    s3, ddb = stack["client"]("s3", as_role=False), stack["client"]("dynamodb", as_role=False)
+    assert s3.get_object(Bucket=BUCKET, Key="runs/a.json")["Body"].read() == b"{}"
+    assert "Item" not in ddb.get_item(TableName=TABLE, Key={"k": {"S": "x"}})
+    assert listed == []
