@@ -35,7 +35,7 @@ from retrain.embedded import s3_versions, snapshot
 from retrain.embedded.account import ACCOUNT_ID, REGION
 from retrain.embedded.awslambda.interpreters import RuntimeUnavailableError
 from retrain.embedded.awslambda.runtime import LambdaRuntime
-from retrain.embedded.dynamodb import item_size
+from retrain.embedded.dynamodb import item_size, query_sort
 from retrain.embedded.events import s3_notices, sqs_speed
 from retrain.embedded.events.sagemaker_jobs import JobEvents
 from retrain.embedded.events.scheduler import Scheduler
@@ -274,6 +274,7 @@ class EmbeddedStack:
         self._exit.enter_context(s3_versions.installed())
         self._exit.enter_context(sqs_speed.installed())
         self._exit.enter_context(item_size.installed())
+        self._exit.enter_context(query_sort.installed())
         from retrain.embedded.sagemaker import api_installed
 
         try:
