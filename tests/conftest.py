@@ -79,8 +79,9 @@ def events_dir() -> Path:
 
 
 # The longest tests, minutes each (the embedded stack's end-to-end runs; CI's `--durations`), start first
-# and the rest follow: with `make pytest`'s `--dist worksteal` the two workers then share the short tests
-# and end within seconds of each other, where a long test that started last kept one worker alone.
+# and the rest follow: `make pytest`'s `--dist load` deals the first quarter out one test at a time to each
+# worker in turn, so the long ones alternate between the two workers, and the short ones, handed out as the
+# workers free up, let both end together (a long test that started last kept one worker alone).
 LONGEST_FIRST = (
     "tests/integration/embedded/test_e2e_catalogue.py",
     "tests/integration/embedded/test_e2e.py",

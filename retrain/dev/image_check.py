@@ -201,13 +201,14 @@ def check(workdir: Path) -> list[str]:
     wanted = packages.installable_requirements()
     special = needs_the_cuda_stack(python, wanted, packages.cuda_stack, workdir)
     rest = [r for r in wanted if Requirement(r).name not in {Requirement(s).name for s in special}]
-    pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    # no byte-compiling: the throwaway environment only imports a few modules, compiled as they load
+    pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile"]
     for step in ([*pip, "-c", str(constraints), *base, *rest], [*pip, "--no-deps", *special]):
         done = run(step)
         if done.returncode != 0:
             raise ImageCheckError(
                 f"the image's requirements do not install on Python {found.version} beside the base's "
-                f"packages ({' '.join(step[4:])}):\n{done.stdout}{done.stderr}"
+                f"packages ({' '.join(step[len(pip):])}):\n{done.stdout}{done.stderr}"
             )
     findings = [
         support,
