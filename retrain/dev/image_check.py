@@ -208,7 +208,7 @@ def check(workdir: Path) -> list[str]:
         if done.returncode != 0:
             raise ImageCheckError(
                 f"the image's requirements do not install on Python {found.version} beside the base's "
-                f"packages ({' '.join(step[len(pip):])}):\n{done.stdout}{done.stderr}"
+                f"packages ({' '.join(step[len(pip) :])}):\n{done.stdout}{done.stderr}"
             )
     findings = [
         support,
