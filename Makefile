@@ -72,7 +72,7 @@ image-check: setup
 	$(BIN)/python -m retrain.dev.image_check
 
 pytest: setup
-	$(BIN)/python -m pytest -n 2 --dist load --durations=15 || { rc=$$?; \
+	$(BIN)/python -m pytest -n 2 --dist worksteal --durations=15 || { rc=$$?; \
 	  [ $$rc -ne 5 ] || echo "pytest collected no tests: the suite is broken" >&2; exit $$rc; }
 
 # The three gates are independent and mostly wait on one core each (mypy, sam build, pip): they run side by

@@ -78,10 +78,10 @@ def events_dir() -> Path:
     return EVENTS_DIR
 
 
-# The longest tests, minutes each (the embedded stack's end-to-end runs; CI's `--durations`), start first
-# and the rest follow: `make pytest`'s `--dist load` deals the first quarter out one test at a time to each
-# worker in turn, so the long ones alternate between the two workers, and the short ones, handed out as the
-# workers free up, let both end together (a long test that started last kept one worker alone).
+# The longest tests, minutes each (the embedded stack's end-to-end runs; CI's `--durations`), start first and
+# the rest follow; `make pytest`'s `--dist worksteal` lets a worker that runs out take half of the other's
+# queue. (`--dist load`, which deals the first quarter out in turn, left both workers on long tests at the
+# end: CI took over 32 minutes against 26 with worksteal.)
 LONGEST_FIRST = (
     "tests/integration/embedded/test_e2e_catalogue.py",
     "tests/integration/embedded/test_e2e.py",
