@@ -115,6 +115,18 @@ def logs(root: Path) -> str:
     return "\n".join((root / host / "launcher.log").read_text() for host in HOSTS)
 
 
+def tails(root: Path, chars: int = 3000) -> str:
+    """Each host's log tail and failure reason: a failure on one host shows beside the other's echo of it
+    (a host whose peer died logs the lost connection last, which alone hid the cause)."""
+    parts = []
+    for host in HOSTS:
+        failure = root / host / "output" / contract.FAILURE_FILE
+        reason = failure.read_text() if failure.exists() else "none"
+        log = (root / host / "launcher.log").read_text()[-chars:]
+        parts.append(f"--- {host}: failure reason {reason!r}, log tail:\n{log}")
+    return "\n".join(parts)
+
+
 def checkpoints(base: Path) -> list[str]:
     return sorted(p.name for p in (base / "checkpoints" / JOB).glob("*/ckpt-*.pt"))
 
@@ -124,7 +136,7 @@ def four_ranks(tmp_path_factory: pytest.TempPathFactory, channels: dict[str, Pat
     """An uninterrupted job of two hosts with two processes each."""
     root = tmp_path_factory.mktemp("four-ranks")
     codes = [p.wait(timeout=TIMEOUT_S) for p in start_hosts(root, channels)]
-    assert codes == [0, 0], logs(root)[-4000:]
+    assert codes == [0, 0], tails(root)
     return root
 
 
@@ -169,13 +181,13 @@ def test_sigterm_to_both_hosts_then_restart_matches_the_uninterrupted_job(
         launcher.send_signal(signal.SIGTERM)
     # THEN the children checkpoint and exit interrupted, and so do both launchers, with no failure
     codes = [p.wait(timeout=TIMEOUT_S) for p in launchers]
-    assert codes == [contract.INTERRUPTED_EXIT_CODE] * 2, logs(tmp_path)[-4000:]
+    assert codes == [contract.INTERRUPTED_EXIT_CODE] * 2, tails(tmp_path)
     assert all(not (tmp_path / h / "output" / contract.FAILURE_FILE).exists() for h in HOSTS)
     assert not (tmp_path / HOSTS[0] / "model" / contract.MODEL_FILE).exists()
     assert checkpoints(tmp_path / HOSTS[0]) and not checkpoints(tmp_path / HOSTS[1])
     # WHEN the job restarts on both hosts
     codes = [p.wait(timeout=TIMEOUT_S) for p in start_hosts(tmp_path, channels)]
-    assert codes == [0, 0], logs(tmp_path)[-4000:]
+    assert codes == [0, 0], tails(tmp_path)
     # THEN all four ranks resumed from rank 0's checkpoint (the second host has none of its own) and
     # the job ends with the uninterrupted job's weights: to the last float bit but for rounding, as the
     # first step after DDP is built reduces its gradient bucket in another layout (a sum of 4 ranks'
