@@ -8,11 +8,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from boto3.s3.transfer import TransferConfig
+
 from retrain.embedded.s3files import InputCache, get_file
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_s3.type_defs import ObjectTypeDef
+
+
+# "Upload an object in a single operation by using the AWS SDKs, REST API, or AWS CLI - With a single PUT
+# operation, you can upload a single object up to 5 GB in size." (Amazon S3 User Guide, Uploading objects,
+# https://docs.aws.amazon.com/AmazonS3/latest/userguide/upload-objects.html)
+MAX_SINGLE_PUT_BYTES = 5 * 1024**3
+MULTIPART_CHUNK_BYTES = 64 * 1024**2
 
 
 @dataclass(frozen=True)
@@ -118,7 +127,14 @@ def download_manifest(s3: S3Client, uri: S3Uri, target: Path, volume: Volume | N
 
 
 def upload_file(s3: S3Client, path: Path, uri: S3Uri) -> None:
-    s3.upload_file(str(path), uri.bucket, uri.key)
+    """One PutObject up to S3's single-PUT limit, multipart above it. boto3 splits anything over 8 MB into
+    8 MB parts, and each part of a 134 MB checkpoint cost the embedded server a request, a signature over
+    its bytes and a copy when the upload completed: 1.8 s of CPU per checkpoint against 1.2 s in one PUT
+    (BENCHMARKS.md, "Checkpoint bytes")."""
+    single_put = TransferConfig(
+        multipart_threshold=MAX_SINGLE_PUT_BYTES, multipart_chunksize=MULTIPART_CHUNK_BYTES
+    )
+    s3.upload_file(str(path), uri.bucket, uri.key, Config=single_put)
 
 
 def upload_tree(s3: S3Client, root: Path, uri: S3Uri) -> int:
