@@ -78,24 +78,60 @@ def events_dir() -> Path:
     return EVENTS_DIR
 
 
-# The longest tests, minutes each (the embedded stack's end-to-end runs; CI's `--durations`), start first and
-# the rest follow; `make pytest`'s `--dist worksteal` lets a worker that runs out take half of the other's
-# queue. (`--dist load`, which deals the first quarter out in turn, left both workers on long tests at the
-# end: CI took over 32 minutes against 26 with worksteal.)
-LONGEST_FIRST = (
-    "tests/integration/embedded/test_e2e_catalogue.py",
-    "tests/integration/embedded/test_e2e.py",
-    "tests/integration/test_cli_demo.py",
-    "tests/integration/embedded/test_e2e_faults.py",
-    "tests/integration/embedded/test_e2e_data.py",
-)
+# The longest tests, in seconds each (CI's `--durations` on this 2-core machine): the embedded stack's
+# end-to-end runs. Under xdist's `--dist worksteal` each worker starts with one contiguous share of the
+# collection and an idle worker takes the back half of the longest queue, so the long tests go to the front
+# of the shares, spread by their seconds (longest first, each to the share with the fewest seconds): one
+# worker holding all of them in a row was the suite's critical path. The other slow tests follow them, the
+# rest after. (`--dist load`, which deals the first quarter out in turn, left both workers on long tests
+# at the end: CI took over 32 minutes against 26 with worksteal.)
+LONG_TESTS: dict[str, float] = {
+    "tests/integration/embedded/test_e2e_catalogue.py": 240,
+    "tests/integration/embedded/test_e2e.py": 210,
+    "tests/integration/test_cli_demo.py": 190,
+    "tests/integration/embedded/test_e2e_faults.py": 90,
+    "tests/integration/embedded/test_e2e_data.py": 95,
+}
+SLOW_TEST_SECONDS = 20.0  # any other test marked slow, for the spread
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    def rank(item: pytest.Item) -> int:
-        path = item.path.relative_to(REPO_ROOT).as_posix()
-        if path in LONGEST_FIRST:
-            return LONGEST_FIRST.index(path)
-        return len(LONGEST_FIRST) + (0 if item.get_closest_marker("slow") else 1)
+def _seconds(item: pytest.Item) -> float:
+    path = item.path.relative_to(REPO_ROOT).as_posix()
+    if path in LONG_TESTS:
+        return LONG_TESTS[path]
+    return SLOW_TEST_SECONDS if item.get_closest_marker("slow") else 0.0
 
-    items.sort(key=rank)  # stable: collection order within each rank
+
+def share_sizes(count: int, workers: int) -> list[int]:
+    """How worksteal first deals `count` tests to `workers` idle workers: each takes the pending tests
+    divided by the workers still to serve, from the front."""
+    sizes, left = [], count
+    for served in range(workers):
+        sizes.append(left // (workers - served))
+        left -= sizes[-1]
+    return sizes
+
+
+def spread(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
+    """The collection ordered so that each worker's first share starts with its part of the long and slow
+    tests (longest first to the share with the fewest seconds), the quick tests filling every share."""
+    heavy = sorted((item for item in items if _seconds(item)), key=_seconds, reverse=True)
+    quick = [item for item in items if not _seconds(item)]
+    sizes = share_sizes(len(items), workers)
+    shares: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    loads = [0.0] * workers
+    for item in heavy:
+        open_shares = [w for w in range(workers) if len(shares[w]) < sizes[w]]
+        target = min(open_shares, key=lambda w: loads[w])
+        shares[target].append(item)
+        loads[target] += _seconds(item)
+    for share, size in zip(shares, sizes, strict=True):
+        need = size - len(share)
+        share.extend(quick[:need])
+        del quick[:need]
+    return [item for share in shares for item in share]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
+    items[:] = spread(items, workers)

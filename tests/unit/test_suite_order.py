@@ -1,0 +1,71 @@
+"""The suite's order under xdist (tests/conftest.py): every worker's first share starts with its part of
+the long tests, so no worker runs all of them one after another."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import LONG_TESTS, REPO_ROOT, SLOW_TEST_SECONDS, share_sizes, spread
+
+
+@dataclass(frozen=True)
+class Collected:
+    """What spread() reads of a collected test: its file and its markers."""
+
+    path: Path
+    name: str
+    slow: bool = False
+
+    def get_closest_marker(self, name: str) -> Any:
+        return object() if (name == "slow" and self.slow) else None
+
+
+def _collection() -> list[Any]:
+    """Collection order as pytest makes it: the long files' tests in a row, then the rest."""
+    items: list[Any] = []
+    for file, _ in LONG_TESTS.items():
+        items += [Collected(REPO_ROOT / file, f"{file}::{n}") for n in range(4 if "faults" in file else 1)]
+    items += [
+        Collected(REPO_ROOT / "tests/integration/test_slow.py", f"slow{n}", slow=True) for n in range(6)
+    ]
+    items += [Collected(REPO_ROOT / "tests/unit/test_quick.py", f"quick{n}") for n in range(300)]
+    return items
+
+
+def _seconds(item: Collected) -> float:
+    relative = item.path.relative_to(REPO_ROOT).as_posix()
+    return LONG_TESTS.get(relative, SLOW_TEST_SECONDS if item.slow else 0.0)
+
+
+def test_share_sizes_are_worksteals_first_deal() -> None:
+    assert share_sizes(10, 3) == [3, 3, 4]
+    assert share_sizes(1178, 2) == [589, 589]
+    assert sum(share_sizes(1001, 3)) == 1001
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_each_share_starts_with_its_long_tests_and_the_seconds_are_spread(workers: int) -> None:
+    items = _collection()
+    ordered: list[Any] = spread(list(items), workers)
+    # the same tests, each once
+    assert sorted(i.name for i in ordered) == sorted(i.name for i in items)
+    start, loads, share_of = 0, [], {}
+    for index, size in enumerate(share_sizes(len(items), workers)):
+        share = ordered[start : start + size]
+        start += size
+        share_of.update({i.name: index for i in share})
+        seconds = [_seconds(i) for i in share]
+        heavy = [s for s in seconds if s]
+        # the share's long and slow tests come first, longest first, then only quick ones
+        assert seconds[: len(heavy)] == sorted(heavy, reverse=True)
+        assert not any(seconds[len(heavy) :])
+        loads.append(sum(heavy))
+    # no share has more seconds of them than another by more than the longest test
+    assert max(loads) - min(loads) <= max(LONG_TESTS.values())
+    if workers > 1:  # the two longest are on different workers
+        longest, second = sorted(LONG_TESTS, key=LONG_TESTS.__getitem__, reverse=True)[:2]
+        assert share_of[f"{longest}::0"] != share_of[f"{second}::0"]
