@@ -9,15 +9,23 @@ children: the script finishes its step, checkpoints and exits, and the toolkit r
 
 Any other command (`<image> bash`, a ContainerEntrypoint that names this module with other arguments)
 is executed as it is.
+
+Before it starts the script the toolkit lists smdebug's exception classes (the lines of a failure's output
+start at one of their names) with `from smdebug import exceptions`, which runs smdebug's package
+`__init__` and imports torch into PID 1: 1.3 s of CPU at every container start, for a list of names. PID 1
+reads the same names from that module without the package's `__init__`.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
 import signal
 import sys
 from collections.abc import Sequence
-from types import FrameType
+from inspect import isclass
+from types import FrameType, ModuleType
 
 import psutil
 
@@ -38,6 +46,29 @@ def forward_to_children(signum: int, _frame: FrameType | None) -> None:
             continue
 
 
+def debugger_exception_names() -> list[str]:
+    """The classes `sagemaker_training.process.get_debugger_exception_classes` lists: the class names in
+    smdebug.exceptions (its default error class when smdebug is absent or USE_SMDEBUG is 0), imported
+    under a bare `smdebug` package so that smdebug's `__init__` (and torch) stay out of this process."""
+    from sagemaker_training import process
+
+    spec = importlib.util.find_spec("smdebug")
+    if os.environ.get("USE_SMDEBUG") == "0" or spec is None or not spec.submodule_search_locations:
+        return [process.DEFAULT_ERROR_CLASS]
+    saved = {name: module for name, module in sys.modules.items() if name.split(".")[0] == "smdebug"}
+    bare = ModuleType("smdebug")
+    bare.__path__ = list(spec.submodule_search_locations)
+    sys.modules["smdebug"] = bare
+    try:
+        exceptions = importlib.import_module("smdebug.exceptions")
+        names = [name for name in dir(exceptions) if isclass(getattr(exceptions, name))]
+    finally:
+        for name in [name for name in sys.modules if name.split(".")[0] == "smdebug"]:
+            del sys.modules[name]
+        sys.modules.update(saved)
+    return names or [process.DEFAULT_ERROR_CLASS]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     command = list(sys.argv[1:] if argv is None else argv)
     if not command:
@@ -50,8 +81,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.execvp(command[0], command)
     for signum in FORWARDED_SIGNALS:
         signal.signal(signum, forward_to_children)
-    from sagemaker_training import trainer
+    from sagemaker_training import process, trainer
 
+    names = debugger_exception_names()
+    process.get_debugger_exception_classes = lambda: list(names)
     trainer.train()  # exits with the toolkit's status
     return 0
 
