@@ -46,7 +46,7 @@ def forward_to_children(signum: int, _frame: FrameType | None) -> None:
             continue
 
 
-def debugger_exception_names() -> list[str]:
+def debugger_exception_names() -> list[object]:
     """The classes `sagemaker_training.process.get_debugger_exception_classes` lists: the class names in
     smdebug.exceptions (its default error class when smdebug is absent or USE_SMDEBUG is 0), imported
     under a bare `smdebug` package so that smdebug's `__init__` (and torch) stay out of this process."""
@@ -61,7 +61,7 @@ def debugger_exception_names() -> list[str]:
     sys.modules["smdebug"] = bare
     try:
         exceptions = importlib.import_module("smdebug.exceptions")
-        names = [name for name in dir(exceptions) if isclass(getattr(exceptions, name))]
+        names: list[object] = [name for name in dir(exceptions) if isclass(getattr(exceptions, name))]
     finally:
         for name in [name for name in sys.modules if name.split(".")[0] == "smdebug"]:
             del sys.modules[name]

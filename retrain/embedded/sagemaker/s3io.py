@@ -130,7 +130,7 @@ def upload_file(s3: S3Client, path: Path, uri: S3Uri) -> None:
     """One PutObject up to S3's single-PUT limit, multipart above it. boto3 splits anything over 8 MB into
     8 MB parts, and each part of a 134 MB checkpoint cost the embedded server a request, a signature over
     its bytes and a copy when the upload completed: 1.8 s of CPU per checkpoint against 1.2 s in one PUT
-    (BENCHMARKS.md, "Checkpoint bytes")."""
+    (BENCHMARKS.md, "Where the suite's time goes, and three cuts")."""
     single_put = TransferConfig(
         multipart_threshold=MAX_SINGLE_PUT_BYTES, multipart_chunksize=MULTIPART_CHUNK_BYTES
     )
