@@ -98,7 +98,8 @@ LONG_TESTS: dict[str, float] = {
 SLOW_TEST_SECONDS = 20.0  # any other test marked slow, for the spread
 
 
-def _seconds(item: pytest.Item) -> float:
+def expected_seconds(item: pytest.Item) -> float:
+    """A test's seconds for the spread: its file's in LONG_TESTS, SLOW_TEST_SECONDS if marked slow, else 0."""
     path = item.path.relative_to(REPO_ROOT).as_posix()
     if path in LONG_TESTS:
         return LONG_TESTS[path]
@@ -119,8 +120,8 @@ def spread(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
     """The collection ordered so that each worker's first share but the last starts with its part of the
     long and slow tests (longest first to the share with the fewest seconds), quick tests filling them;
     the last share (of two or more) is quick tests only."""
-    heavy = sorted((item for item in items if _seconds(item)), key=_seconds, reverse=True)
-    quick = [item for item in items if not _seconds(item)]
+    heavy = sorted((item for item in items if expected_seconds(item)), key=expected_seconds, reverse=True)
+    quick = [item for item in items if not expected_seconds(item)]
     sizes = share_sizes(len(items), workers)
     shares: list[list[pytest.Item]] = [[] for _ in range(workers)]
     loads = [0.0] * workers
@@ -131,7 +132,7 @@ def spread(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
         ]
         target = min(open_shares, key=lambda w: loads[w])
         shares[target].append(item)
-        loads[target] += _seconds(item)
+        loads[target] += expected_seconds(item)
     for share, size in zip(shares, sizes, strict=True):
         need = size - len(share)
         share.extend(quick[:need])

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import LONG_TESTS, REPO_ROOT, SLOW_TEST_SECONDS, share_sizes, spread
+from tests.conftest import LONG_TESTS, REPO_ROOT, expected_seconds, share_sizes, spread
 
 
 @dataclass(frozen=True)
@@ -37,11 +37,6 @@ def _collection() -> list[Any]:
     return items
 
 
-def _seconds(item: Collected) -> float:
-    relative = item.path.relative_to(REPO_ROOT).as_posix()
-    return LONG_TESTS.get(relative, SLOW_TEST_SECONDS if item.slow else 0.0)
-
-
 def test_share_sizes_are_worksteals_first_deal() -> None:
     assert share_sizes(10, 3) == [3, 3, 4]
     assert share_sizes(1178, 2) == [589, 589]
@@ -59,7 +54,7 @@ def test_the_long_tests_lead_every_share_but_the_last_spread_by_their_seconds(wo
         share = ordered[start : start + size]
         start += size
         share_of.update({i.name: index for i in share})
-        seconds = [_seconds(i) for i in share]
+        seconds = [expected_seconds(i) for i in share]
         heavy = [s for s in seconds if s]
         # the share's long and slow tests come first, longest first, then only quick ones
         assert seconds[: len(heavy)] == sorted(heavy, reverse=True)
@@ -70,7 +65,7 @@ def test_the_long_tests_lead_every_share_but_the_last_spread_by_their_seconds(wo
         assert loads[-1] == 0
     # no share that carries them has more seconds of them than another by more than the longest test
     assert max(carriers) - min(carriers) <= max(LONG_TESTS.values())
-    assert sum(carriers) == sum(_seconds(i) for i in items)
+    assert sum(carriers) == sum(expected_seconds(i) for i in items)
     if workers > 2:  # the two longest are on different workers
         longest, second = sorted(LONG_TESTS, key=LONG_TESTS.__getitem__, reverse=True)[:2]
         assert share_of[f"{longest}::0"] != share_of[f"{second}::0"]
