@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
 import traceback
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -84,7 +85,16 @@ def serve(module: Any, model: Any, port: int, default_accept: str) -> None:
                 sys.stderr.write(f"Transform failed: {trace}")
                 self._answer(status, f"{message}\n{trace}".encode(), "text/plain")
 
-    HTTPServer(("127.0.0.1", port), Handler).serve_forever()
+    server = HTTPServer(("127.0.0.1", port), Handler)
+    # DeleteEndpoint stops the container as `docker stop` does: SIGTERM to its first process, SIGKILL after
+    # a grace period. This is that process, and PID 1 of its namespace ignores a signal it has no handler
+    # for: without one, every stop waited out the grace period.
+    signal.signal(signal.SIGTERM, _exit)
+    server.serve_forever()
+
+
+def _exit(signum: int, frame: object) -> None:
+    raise SystemExit(0)
 
 
 def main() -> None:
