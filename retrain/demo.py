@@ -3,8 +3,8 @@
 It writes the digits (or takes a folder of images), starts the embedded stack with the demo's
 parameters, faults and spot schedule, and for each upload wave (two for the digits, see `waves`) uploads
 the files in batches, waits for the run they start (showing how many the ledger has recorded) and
-follows it to its end. The command in ``cli.py`` reports on the runs; the digits themselves come from
-:mod:`retrain.demo_data`.
+follows it to its end; a later wave goes up while the run before it trains. The command in ``cli.py``
+reports on the runs; the digits themselves come from :mod:`retrain.demo_data`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from retrain import demo_data, local
 from retrain.collect import uploads
 from retrain.deployment import Deployment
 from retrain.errors import RetrainError, UsageError
-from retrain.follow import follow, wait_for_run
+from retrain.follow import execution_history, follow, wait_for_run
 from retrain.job_logs import MetricPoint
 from retrain.predict import predict
 from retrain.report.facts import Rejected, RunFacts
@@ -186,8 +186,10 @@ def run_demo(options: DemoOptions, *, console: Console, quiet: bool) -> Iterator
     """Upload each wave, wait for the run it starts and follow it; yields the runs with the stack still up.
 
     The digits come in two waves (:func:`waves`): the second run starts from the first one's champion and
-    grows its head for the new label. ``quiet`` leaves out the progress lines between steps (the JSON
-    output wants stdout to itself)."""
+    grows its head for the new label. The second wave is uploaded once the first run has started, while it
+    trains, as a user's next uploads arrive: they wait in the ledger for the next run, which the dispatcher
+    starts when the first one releases the data set. ``quiet`` leaves out the progress lines between steps
+    (the JSON output wants stdout to itself)."""
     check_options(options)
     clock = Clock()
     with contextlib.ExitStack() as cleanup:
@@ -204,83 +206,127 @@ def run_demo(options: DemoOptions, *, console: Console, quiet: bool) -> Iterator
         parameters = demo_parameters(options, min(len(likely_images(wave)) for wave in uploads))
         deployment = cleanup.enter_context(_start_stack(options, parameters))
         clock.lap("start the embedded stack")
+        wave_run = _WaveRun(deployment, options, clock, int(parameters["MinNewImages"]), console, quiet)
         records: list[runs.RunRecord] = []
         keys: set[str] = set()
+        training: runs.RunRecord | None = None  # the run started by the last wave, not followed yet
         for wave in uploads:
-            record, wave_keys = _run_wave(
-                deployment,
-                wave,
-                options,
-                clock,
-                min_new_images=int(parameters["MinNewImages"]),
-                console=console,
-                quiet=quiet,
-            )
-            records.append(record)
-            keys |= wave_keys
-            if record["status"] not in ("SUCCEEDED", "REJECTED"):
-                break  # a later wave would only repeat the failure
+            if training is not None:
+                wave_run.until_training(training)
+            keys |= wave_run.upload(wave, beside=training)
+            if training is not None:
+                records.append(wave_run.finish(training))
+                training = None
+                if records[-1]["status"] not in ("SUCCEEDED", "REJECTED"):
+                    break  # a later run would only repeat the failure
+            training = wave_run.start()
+        if training is not None:
+            records.append(wave_run.finish(training))
         yield DemoRun(deployment, records, keys, clock, held)
 
 
-def _run_wave(
-    deployment: Deployment,
-    files: list[LocalFile],
-    options: DemoOptions,
-    clock: Clock,
-    *,
-    min_new_images: int,
-    console: Console,
-    quiet: bool,
-) -> tuple[runs.RunRecord, set[str]]:
-    """Upload one wave, wait until the ledger holds every upload of it, accepted or refused, then for
-    the run it starts, and follow that run to its end.
+@dataclass
+class _WaveRun:
+    """One upload wave's steps: upload it and wait until the ledger holds every upload, accepted or
+    refused (:meth:`upload`), wait for the run it starts (:meth:`start`), follow that run to its end
+    (:meth:`finish`)."""
 
-    The stack's MinNewImages is the count of the wave's likely images: with all of them accepted, the
-    dispatcher starts the run as it does on AWS. When the control plane refused some for their content
-    (a truncated JPEG, text named .jpg, a duplicate), fewer are pending than MinNewImages and the demo
-    starts the run by hand, as `retrain start` does; when it refused them all, nothing trains and the
-    demo ends with their reasons."""
-    since = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    keys = _upload_in_batches(deployment, files, options, console=console, quiet=quiet)
-    clock.lap("upload")
-    timeout_seconds = options.timeout_minutes * 60
-    accepted, rejected = wait_until_recorded(
-        deployment, options.dataset, since, set(keys), console=console, timeout_seconds=timeout_seconds
-    )
-    clock.lap("ingest")
-    if not accepted:
-        raise NothingAcceptedError(
-            f"none of the {len(keys)} uploads to data set {options.dataset!r} was accepted, so no run "
-            "starts:\n"
-            + "\n".join(f"  {r.key}: {r.reason}" for r in rejected[:MAX_REASONS])
-            + (f"\n  ... and {len(rejected) - MAX_REASONS} more" if len(rejected) > MAX_REASONS else "")
-            + "\nfix or replace these files (JPEG or PNG images in DIR/<label>/) and run the demo again"
+    deployment: Deployment
+    options: DemoOptions
+    clock: Clock
+    min_new_images: int
+    console: Console
+    quiet: bool
+    since: str = ""
+    accepted: int = 0
+    refused: int = 0
+    uploaded: int = 0
+
+    def upload(self, files: list[LocalFile], *, beside: runs.RunRecord | None) -> set[str]:
+        """Upload the wave and wait until each upload is recorded; `beside` is the run training meanwhile
+        (the laps say so). When the control plane refused them all, nothing trains: the error names each."""
+        during = f" (run {beside['run_id']} trains meanwhile)" if beside is not None else ""
+        self.since = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        keys = _upload_in_batches(
+            self.deployment, files, self.options, console=self.console, quiet=self.quiet
         )
-    run_id = execution_arn = None
-    if accepted < min_new_images:
-        execution_arn, run_id = start_run(deployment, options.dataset, Overrides())
-        console.print(
-            f"{len(rejected)} of {len(keys)} uploads were refused, so fewer than MinNewImages "
-            f"({min_new_images}) are pending: started run {run_id} by hand, as `retrain start` does"
+        self.clock.lap("upload" + during)
+        accepted, rejected = wait_until_recorded(
+            self.deployment,
+            self.options.dataset,
+            self.since,
+            set(keys),
+            console=self.console,
+            timeout_seconds=self.options.timeout_minutes * 60,
         )
-    record = wait_for_run(
-        deployment,
-        options.dataset,
-        since=since,
-        run_id=run_id,
-        execution_arn=execution_arn,
-        timeout_seconds=timeout_seconds,
-        poll_seconds=5,
-    )
-    clock.lap("wait for the run to start")
-    record = follow(
-        deployment, record, console=console, live=console.is_terminal, timeout_seconds=timeout_seconds
-    )
-    clock.lap(RUN_PHASE + record["run_id"])
-    record = wait_until_tracked(deployment, record)
-    clock.lap("track the run in MLflow")
-    return record, set(keys)
+        self.clock.lap("ingest" + during)
+        if not accepted:
+            raise NothingAcceptedError(
+                f"none of the {len(keys)} uploads to data set {self.options.dataset!r} was accepted, so no "
+                "run starts:\n"
+                + "\n".join(f"  {r.key}: {r.reason}" for r in rejected[:MAX_REASONS])
+                + (f"\n  ... and {len(rejected) - MAX_REASONS} more" if len(rejected) > MAX_REASONS else "")
+                + "\nfix or replace these files (JPEG or PNG images in DIR/<label>/) and run the demo again"
+            )
+        self.accepted, self.refused, self.uploaded = accepted, len(rejected), len(keys)
+        return set(keys)
+
+    def start(self) -> runs.RunRecord:
+        """The run the last uploaded wave starts, once it exists.
+
+        The stack's MinNewImages is the count of the wave's likely images: with all of them accepted, the
+        dispatcher starts the run as it does on AWS. When the control plane refused some for their
+        content (a truncated JPEG, text named .jpg, a duplicate), fewer are pending than MinNewImages and
+        the demo starts the run by hand, as `retrain start` does."""
+        run_id = execution_arn = None
+        if self.accepted < self.min_new_images:
+            execution_arn, run_id = start_run(self.deployment, self.options.dataset, Overrides())
+            self.console.print(
+                f"{self.refused} of {self.uploaded} uploads were refused, so fewer than MinNewImages "
+                f"({self.min_new_images}) are pending: started run {run_id} by hand, as `retrain start` does"
+            )
+        record = wait_for_run(
+            self.deployment,
+            self.options.dataset,
+            since=self.since,
+            run_id=run_id,
+            execution_arn=execution_arn,
+            timeout_seconds=self.options.timeout_minutes * 60,
+            poll_seconds=1,
+        )
+        self.clock.lap("wait for the run to start")
+        return record
+
+    def until_training(self, record: runs.RunRecord, poll_seconds: float = 1.0) -> None:
+        """Wait until the run's trials train (its tuning job started) or its execution ended: the next
+        wave's uploads, served by this process, then do not slow the run's preparation."""
+        table = self.deployment.output(names.STACK_OUTPUTS["runs_table"])
+        dynamodb, sfn = self.deployment.client("dynamodb"), self.deployment.client("stepfunctions")
+        deadline = time.monotonic() + self.options.timeout_minutes * 60
+        while time.monotonic() < deadline:
+            found = runs.get_run(record["dataset"], record["run_id"], table_name=table, client=dynamodb)
+            arn = (found or record).get("execution_arn")
+            if arn:
+                if sfn.describe_execution(executionArn=arn)["status"] != "RUNNING":
+                    break
+                if "tuning" in execution_history(sfn, arn)[2].values():
+                    break
+            time.sleep(poll_seconds)
+        self.clock.lap(f"until run {record['run_id']}'s trials train")
+
+    def finish(self, record: runs.RunRecord) -> runs.RunRecord:
+        """Follow the run to its end and until MLflow tracked it."""
+        record = follow(
+            self.deployment,
+            record,
+            console=self.console,
+            live=self.console.is_terminal,
+            timeout_seconds=self.options.timeout_minutes * 60,
+        )
+        self.clock.lap(RUN_PHASE + record["run_id"])
+        record = wait_until_tracked(self.deployment, record)
+        self.clock.lap("track the run in MLflow")
+        return record
 
 
 TRACKING_WAIT_SECONDS = 120
