@@ -78,16 +78,11 @@ pytest: setup
 	  [ $$rc -ne 5 ] || echo "pytest collected no tests: the suite is broken" >&2; exit $$rc; }
 
 # The three gates are independent and mostly wait on one core each (mypy, sam build, pip): they run side by
-# side, each one's output kept together.
+# side, each one's output kept together; then the suite, on both cores.
 checks: setup
 	$(MAKE) --no-print-directory -j3 --output-sync=target lint validate image-check
 
-# The gates beside the suite, not before it: run first they left a core a third idle for a minute and a half
-# (BENCHMARKS.md, "Where the suite's time goes"); no gate writes what a test reads (the stacks build their
-# functions in scratch folders under .aws-sam/embedded, the image check its own venv). `make test` fails when
-# either fails; a failing gate shows once the suite ends (`make checks` alone takes three minutes).
-test: setup
-	$(MAKE) --no-print-directory -j2 checks pytest
+test: checks pytest
 
 demo: setup
 	$(BIN)/retrain demo
