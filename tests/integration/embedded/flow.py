@@ -55,11 +55,12 @@ def run_to_the_end(
     overrides: dict[str, str] | None = None,
     keep_state: bool = False,
     before_upload: Callable[[EmbeddedStack, dict[str, str]], None] | None = None,
+    interruptions: int = 1,
 ) -> Iterator[Finished]:
-    """Upload `uploads`, wait for a run the state directory did not hold before to end; the stack stops
-    when the block ends, whatever happened. When the block passes, the state directory (gigabytes of job
-    trees, checkpoints and snapshots) is removed unless `keep_state`; a failed test keeps it for its
-    post-mortem."""
+    """Upload `uploads`, wait for a run the state directory did not hold before to end (each spot training
+    job interrupted `interruptions` times); the stack stops when the block ends, whatever happened. When
+    the block passes, the state directory (gigabytes of job trees, checkpoints and snapshots) is removed
+    unless `keep_state`; a failed test keeps it for its post-mortem."""
     count, files = uploads.count, uploads.files
     if files is None:
         written = demo_data.write_digits(uploads.images, limit=uploads.count, start=uploads.start).files
@@ -77,7 +78,10 @@ def run_to_the_end(
     }
     parameters.update(overrides or {})
     with EmbeddedStack(
-        state_dir, parameter_overrides=parameters, faults=faults, spot=SpotSchedule(interruptions=1)
+        state_dir,
+        parameter_overrides=parameters,
+        faults=faults,
+        spot=SpotSchedule(interruptions=interruptions),
     ) as stack:
         outputs = outputs_of(stack)
         s3, dynamodb = stack.client("s3"), stack.client("dynamodb")

@@ -85,6 +85,7 @@ def test_bad_uploads_are_explained_and_a_skewed_set_trains_boosted(tmp_path: Pat
         Faults(),
         overrides=PARAMETERS,
         before_upload=_subscribe,
+        interruptions=0,  # spot resumption is test_e2e.py's subject, not this one's
     ) as run:
         record: dict[str, Any] = dict(run.record)
         # THEN the run succeeded on the good images

@@ -19,7 +19,8 @@ from tests.integration.embedded.flow import Finished, Uploads, lock_holder, run_
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 # The end state is the subject here, not the model or its curve: fewer images and epochs (still ~8
-# steps, enough for the planted bottleneck's patience of 5), no checkpoint evaluations.
+# steps, enough for the planted bottleneck's patience of 5), no checkpoint evaluations, and no spot
+# interruptions (each a second container per trial; test_e2e.py and the demo's test resume from them).
 FAULT_IMAGES = 150
 QUICK = {"CheckpointEvaluationEvery": "0", "Epochs": "2"}
 
@@ -105,6 +106,7 @@ def test_an_injected_fault_ends_in_the_state_machines_state_with_the_lock_releas
         Uploads(tmp_path / "images", count=FAULT_IMAGES),
         Faults.parse(fault.split("+")),
         overrides=QUICK,
+        interruptions=0,
     ) as finished:
         assert finished.record["status"] == status, finished.record.get("failure")
         if error is not None:
