@@ -71,10 +71,11 @@ package-check: setup
 image-check: setup
 	$(BIN)/python -m retrain.dev.image_check
 
-# Three workers on the two cores: two carry the end-to-end runs, which wait on their stacks' clocks, the
-# third runs quick tests meanwhile (tests/conftest.py orders them so); with two, 15-35% of the cores sat idle.
+# Four workers on the two cores: three carry the end-to-end runs, which wait on their stacks' clocks, the
+# fourth runs quick tests meanwhile (tests/conftest.py orders them so). With two, 15-35% of the cores sat
+# idle; with three, half of them for about a minute in all while every worker waited (BENCHMARKS.md).
 pytest: setup
-	$(BIN)/python -m pytest -n 3 --dist worksteal --durations=15 || { rc=$$?; \
+	$(BIN)/python -m pytest -n 4 --dist worksteal --durations=15 || { rc=$$?; \
 	  [ $$rc -ne 5 ] || echo "pytest collected no tests: the suite is broken" >&2; exit $$rc; }
 
 # The three gates are independent and mostly wait on one core each (mypy, sam build, pip): they run side by
