@@ -229,9 +229,9 @@ def run_demo(options: DemoOptions, *, console: Console, quiet: bool) -> Iterator
 
 @dataclass
 class _WaveRun:
-    """One upload wave's steps: upload it and wait until the ledger holds every upload, accepted or
-    refused (:meth:`upload`), wait for the run it starts (:meth:`start`), follow that run to its end
-    (:meth:`finish`)."""
+    """The steps of the demo's upload waves: upload one and wait until the ledger holds every upload,
+    accepted or refused (:meth:`upload`), wait for the run it starts (:meth:`start`), follow that run to
+    its end (:meth:`finish`). `since` and the counts describe the last wave uploaded."""
 
     deployment: Deployment
     options: DemoOptions
