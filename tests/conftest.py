@@ -29,10 +29,11 @@ FAKE_ENV = {
 os.environ.update(FAKE_ENV)
 for _name in ("AWS_PROFILE", "AWS_ENDPOINT_URL"):
     os.environ.pop(_name, None)
-# Three workers share two cores: torch's default of an intra-op thread per core in every worker (and in
-# every process a test starts without its own setting) oversubscribes them, and waiting OpenMP threads
-# spin. One thread each: `pytest -n 3 tests/unit/training tests/unit/debugger -m "not slow"` used 86 s of
-# user CPU with the default, 69 s with this. The embedded stack's jobs get the instance's own setting.
+# The pytest workers (four in `make pytest`) share two cores: torch's default of an intra-op thread per
+# core in every worker (and in every process a test starts without its own setting) oversubscribes them,
+# and waiting OpenMP threads spin. One thread each: `pytest -n 3 tests/unit/training tests/unit/debugger
+# -m "not slow"` used 86 s of user CPU with the default, 69 s with this. The embedded stack's jobs get the
+# instance's own setting.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
