@@ -665,6 +665,9 @@ class _Program:
     def _assigned(self, assign: _Assign, name: str, scope: _Scope) -> _Value:
         value = scope.cache.get(id(assign))
         if value is None:
+            # a value carried around a loop (`count += counted` where `counted` reads `count`) is unknown
+            # to itself while it is being computed, rather than computed without end
+            scope.cache[id(assign)] = Unknown(name)
             value = self._binding_value(assign.value, name, scope)
             scope.cache[id(assign)] = value
         return value

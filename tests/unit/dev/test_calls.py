@@ -314,6 +314,29 @@ def test_keys_set_on_a_request_dict_count_and_a_name_reassigned_in_a_loop_is_unk
     assert dict(call.params) == {"MaxResults": Const("100"), "NextToken": Unknown("token")}
 
 
+def test_a_value_carried_around_a_loop_that_reads_itself_is_unknown(tmp_path):
+    # GIVEN a flag carried around a loop that reads its own last value (as ledger.pending_stats's)
+    root = _package(
+        tmp_path,
+        app="""
+        import boto3
+
+        def handler(event, context):
+            client = boto3.client("dynamodb")
+            full = False
+            for partition in event["partitions"]:
+                page = client.query(TableName="t", Limit=full or 100)
+                full = full or "Last" in page
+        """,
+    )
+
+    # WHEN extracted (it recursed without end before)
+    (call,) = handler_calls(root, "controller.app.handler")
+
+    # THEN the table is known and the limit, which reads the flag, is Unknown
+    assert call.params["TableName"] == Const("t") and isinstance(call.params["Limit"], Unknown)
+
+
 def test_a_handler_whose_module_does_not_exist_is_an_extraction_error(tmp_path):
     # GIVEN a package without a module named `missing`
     root = _package(tmp_path)
