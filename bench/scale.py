@@ -79,17 +79,19 @@ def seed(dataset: str, total: int, new: int, labels: list[str], table: str) -> l
     from moto.dynamodb.models import dynamodb_backends
 
     backend = dynamodb_backends[ACCOUNT_ID][REGION]
+    parts = ledger.Partitions(dataset, ledger.LEDGER_SHARDS)  # a data set first seen now
     rows = []
     for i in range(total):
         label = labels[i % len(labels)]
         at = NEW if i >= total - new else OLD
+        key = f"data/{dataset}/{label}/{i:08d}.jpg"
         row = {
-            ledger.PK: dataset,
-            ledger.SK: f"data/{dataset}/{label}/{i:08d}.jpg",
+            ledger.PK: parts.of(key),
+            ledger.SK: key,
             ledger.LABEL: label,
             ledger.STATE: ledger.STATE_ACCEPTED,
             ledger.RECORDED_AT: at,
-            names.LEDGER_PENDING_PK: dataset,
+            names.LEDGER_PENDING_PK: parts.index_of(key),
             names.LEDGER_PENDING_SK: at,
             "sequencer": "01",
             "size": IMAGE_BYTES,

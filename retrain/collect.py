@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 
 import botocore.exceptions
 
-from controller import ledger, names, runs
+from controller import datasets, ledger, names, runs
 from retrain import job_logs, timing
 from retrain.deployment import Deployment
 from retrain.errors import RunNotFoundError
@@ -31,6 +31,7 @@ from retrain.report.facts import (
     Trial,
 )
 from retrain_contract import container as contract
+from retrain_contract.ledger import Partitions
 
 LEDGER_STATE = "state"
 LEDGER_REASON = "reason"
@@ -58,14 +59,23 @@ def find_run(deployment: Deployment, run_id: str, dataset: str | None = None) ->
         where = f" of data set {dataset!r}" if dataset else ""
         raise RunNotFoundError(f"no run {run_id!r}{where}: list the runs with `retrain runs`")
     if len(matches) > 1:
-        datasets = ", ".join(sorted(r["dataset"] for r in matches))
-        raise RunNotFoundError(f"run id {run_id!r} exists in data sets {datasets}: add --dataset NAME")
+        found = ", ".join(sorted(r["dataset"] for r in matches))
+        raise RunNotFoundError(f"run id {run_id!r} exists in data sets {found}: add --dataset NAME")
     return matches[0]
+
+
+def ledger_partitions(deployment: Deployment, dataset: str) -> Partitions:
+    return datasets.partitions(
+        dataset,
+        table_name=deployment.output(names.STACK_OUTPUTS["datasets_table"]),
+        client=deployment.client("dynamodb"),
+    )
 
 
 def ledger_rows(deployment: Deployment, dataset: str, state: str | None = None) -> list[dict[str, Any]]:
     table = deployment.output(names.STACK_OUTPUTS["ledger_table"])
-    return list(ledger.rows(dataset, table_name=table, client=deployment.client("dynamodb"), state=state))
+    parts = ledger_partitions(deployment, dataset)
+    return list(ledger.rows(parts, table_name=table, client=deployment.client("dynamodb"), state=state))
 
 
 def uploads(rows: Iterable[dict[str, Any]], keys: set[str] | None = None) -> tuple[int, list[Rejected]]:

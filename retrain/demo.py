@@ -23,7 +23,7 @@ from rich.table import Table
 
 from controller import names, runs
 from retrain import demo_data, local
-from retrain.collect import uploads
+from retrain.collect import ledger_partitions, uploads
 from retrain.deployment import Deployment
 from retrain.errors import RetrainError, UsageError
 from retrain.follow import execution_history, follow, wait_for_run
@@ -379,12 +379,13 @@ def wait_until_recorded(
     while True:
         rows = [
             row
+            for partition in ledger_partitions(deployment, dataset).all()
             for page in dynamodb.get_paginator("query").paginate(
                 TableName=table,
-                KeyConditionExpression="#pk = :dataset",
+                KeyConditionExpression="#pk = :partition",
                 FilterExpression="recorded_at >= :since",
                 ExpressionAttributeNames={"#pk": names.LEDGER_PK},
-                ExpressionAttributeValues=runs.serialize({":dataset": dataset, ":since": since}),
+                ExpressionAttributeValues=runs.serialize({":partition": partition, ":since": since}),
             )
             for row in page.get("Items", [])
         ]

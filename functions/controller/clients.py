@@ -40,11 +40,17 @@ def _where() -> _Where:
     )
 
 
+# Connections each client keeps open: as many as ingest's record threads (ingest.RECORD_THREADS) use at
+# once; botocore's default of 10 would open and drop the others' connections on every request.
+POOL_CONNECTIONS = 16
+POOL = Config(max_pool_connections=POOL_CONNECTIONS)
+
+
 @cache
 def _client(service: str, where: _Where) -> Any:
     """One client of `service` per `where` (the key only; boto3 reads region and endpoint itself)."""
     del where
-    return boto3.client(service)  # type: ignore[call-overload]
+    return boto3.client(service, config=POOL)  # type: ignore[call-overload]
 
 
 def reset() -> None:
@@ -61,8 +67,8 @@ def dynamodb() -> DynamoDBClient:
 # of at most 1 s to connect and 5 s to answer, and standard mode's backoff of at most 1 s between them),
 # so a row stamped with `recorded_at` is readable, or never written, that long after; the freezing job
 # relies on it.
-LEDGER_WRITES = Config(
-    connect_timeout=1, read_timeout=5, retries={"mode": "standard", "total_max_attempts": 2}
+LEDGER_WRITES = POOL.merge(
+    Config(connect_timeout=1, read_timeout=5, retries={"mode": "standard", "total_max_attempts": 2})
 )
 
 

@@ -6,13 +6,17 @@ a dispatcher and a manual start) can never both start a run of one data set.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from controller import names
+from controller import names, uploads
 from controller.runs import deserialize, serialize
+from retrain_contract import ledger
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
+
+ACCEPTED_UPLOADS = "accepted_uploads"  # touch's counter: set on every data set with an accepted upload
 
 
 def get(dataset: str, *, table_name: str, client: DynamoDBClient) -> dict[str, Any]:
@@ -22,12 +26,57 @@ def get(dataset: str, *, table_name: str, client: DynamoDBClient) -> dict[str, A
     return deserialize(item) if item else {names.DATASETS_PK: dataset}
 
 
+def partitions_in(dataset: str, row: Mapping[str, Any] | None) -> ledger.Partitions:
+    """The data set's partitions by its row (None: no row yet). A row with uploads counted but no shard
+    count was recorded before sharding: its rows are in one partition, named by the data set."""
+    if dataset == uploads.REJECTED_DATASET:
+        return ledger.Partitions(dataset)  # unusable keys' rejections: not a data set, no row of its own
+    if row is not None and ledger.SHARDS_ATTRIBUTE in row:
+        return ledger.partitions_of(dataset, row)
+    legacy = row is not None and ACCEPTED_UPLOADS in row
+    return ledger.Partitions(dataset, 1 if legacy else ledger.LEDGER_SHARDS)
+
+
+def partitions(dataset: str, *, table_name: str, client: DynamoDBClient) -> ledger.Partitions:
+    """Where the ledger keeps `dataset`'s rows (for readers: nothing is written)."""
+    item = client.get_item(
+        TableName=table_name, Key=serialize({names.DATASETS_PK: dataset}), ConsistentRead=True
+    ).get("Item")
+    return partitions_in(dataset, deserialize(item) if item else None)
+
+
+def settle_partitions(dataset: str, *, table_name: str, client: DynamoDBClient) -> ledger.Partitions:
+    """`partitions`, written on the data set's row the first time, before any of its ledger rows is
+    written: a conditional write, so concurrent first uploads agree on one count."""
+    if dataset == uploads.REJECTED_DATASET:
+        return partitions_in(dataset, None)
+    item = client.get_item(
+        TableName=table_name, Key=serialize({names.DATASETS_PK: dataset}), ConsistentRead=True
+    ).get("Item")
+    row = deserialize(item) if item else None
+    found = partitions_in(dataset, row)
+    if row is not None and ledger.SHARDS_ATTRIBUTE in row:
+        return found
+    try:
+        client.update_item(
+            TableName=table_name,
+            Key=serialize({names.DATASETS_PK: dataset}),
+            UpdateExpression="SET #shards = :shards",
+            ConditionExpression="attribute_not_exists(#shards)",
+            ExpressionAttributeNames={"#shards": ledger.SHARDS_ATTRIBUTE},
+            ExpressionAttributeValues=serialize({":shards": found.shards}),
+        )
+    except client.exceptions.ConditionalCheckFailedException:
+        return partitions(dataset, table_name=table_name, client=client)
+    return found
+
+
 def touch(dataset: str, uploads: int, at: str, *, table_name: str, client: DynamoDBClient) -> None:
     """Note that `dataset` received uploads (the dispatcher visits the data sets listed here)."""
     client.update_item(
         TableName=table_name,
         Key=serialize({names.DATASETS_PK: dataset}),
-        UpdateExpression="SET last_upload_recorded_at = :at ADD accepted_uploads :n",
+        UpdateExpression=f"SET last_upload_recorded_at = :at ADD {ACCEPTED_UPLOADS} :n",
         ExpressionAttributeValues=serialize({":at": at, ":n": uploads}),
     )
 

@@ -101,7 +101,7 @@ def consider(
             dataset, "not-due", None, f"the last run failed; automatic runs resume at {not_before}"
         )
     stats = ledger.pending_stats(
-        dataset,
+        datasets.partitions_in(dataset, state),
         str(state.get(names.TRAINED_THROUGH, "")),
         limit=config.policy.min_new_images,
         table_name=config.ledger_table,

@@ -3,32 +3,49 @@
 An upload is accepted when its key has the layout (uploads.py), its bytes are an image of its extension's
 format with sane dimensions and an intact end (content.py, two ranged reads), and the same bytes are not
 already in the data set (a duplicate under the same label, a conflict under another). A deleted upload's
-row becomes `removed`. SQS batches are processed with Powertools' BatchProcessor: a record fails (and is
-retried, then goes to the DLQ) only on an AWS error; a test event or an unreadable body is logged and
-dropped, a bad upload is recorded as rejected. Nothing here deletes, moves or rewrites an uploaded object.
+row becomes `removed`. SQS batches are processed with Powertools' AsyncBatchProcessor, RECORD_THREADS
+records at once: a record fails (and is retried, then goes to the DLQ) only on an AWS error; a test event
+or an unreadable body is logged and dropped, a bad upload is recorded as rejected. Nothing here deletes,
+moves or rewrites an uploaded object. Messages that write the same ledger item (an object's row, a
+content's claim) are recorded in their batch's order, so the first of two copies in a batch holds the
+bytes as before; across batches, as SQS delivers them, every write is conditional (ledger.py).
 """
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.batch import (
+    AsyncBatchProcessor,
+    EventType,
+    async_process_partial_response,
+)
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from controller import clients, content, datasets, dispatch, ledger, names, uploads
 from controller.config import Config, get_config
 from controller.observability import logger, metrics, tracer
 from controller.s3events import ObjectCreated, UnreadableNoticeError, parse_body
+from retrain_contract.ledger import Partitions
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_stepfunctions import SFNClient
+
+
+# Records of one SQS batch handled at once, each in a thread: an upload's time on AWS is mostly waiting on
+# its two ranged S3 reads and two DynamoDB writes, so one function records about this many uploads in the
+# time of one (bench/ingest_scale.py). The clients' connection pools hold as many (clients.POOL).
+RECORD_THREADS = clients.POOL_CONNECTIONS
 
 
 @dataclass
@@ -42,8 +59,19 @@ class Tally:
     removed: int = 0
 
 
+def touched(record: SQSRecord) -> set[str]:
+    """The ledger items a message's notices write: each object's row, and its bytes' claim."""
+    try:
+        notices = parse_body(record.body)
+    except UnreadableNoticeError:
+        return set()
+    items = {f"key {n.key}" for n in notices}
+    return items | {f"claim {names.content_claim_key(n.etag, n.size)}" for n in notices if n.etag}
+
+
 class Ingestor:
-    """Records the notices of one batch; `record_handler` is what BatchProcessor calls per message."""
+    """Records the notices of one batch; `record_handler` is what AsyncBatchProcessor awaits per message,
+    `record_message` what it runs in one of RECORD_THREADS threads."""
 
     def __init__(
         self,
@@ -60,18 +88,53 @@ class Ingestor:
         self.s3 = s3
         self.tally = Tally()
         self.limits = content.Limits(config.min_image_side, config.max_image_pixels)
+        self.partitions: dict[str, Partitions] = {}  # data set -> its ledger partitions (fixed once set)
+        self.lock = threading.Lock()  # the tally and the partitions, from the record threads
+        self.threads = ThreadPoolExecutor(max_workers=RECORD_THREADS, thread_name_prefix="record")
+        self.last: dict[str, asyncio.Future[None]] = {}  # ledger item -> the last message touching it
 
-    def record_handler(self, record: SQSRecord) -> None:
+    def count(self, what: str, dataset: str = "") -> None:
+        with self.lock:
+            if what == "accepted":
+                self.tally.accepted[dataset] += 1
+            else:
+                setattr(self.tally, what, getattr(self.tally, what) + 1)
+
+    def parts(self, dataset: str) -> Partitions:
+        with self.lock:  # one read (and first write) per data set and batch, not one per thread
+            if dataset not in self.partitions:
+                self.partitions[dataset] = datasets.settle_partitions(
+                    dataset, table_name=self.config.datasets_table, client=self.dynamodb
+                )
+            return self.partitions[dataset]
+
+    async def record_handler(self, record: SQSRecord) -> None:
+        """Record one message in a thread, after the batch's earlier messages that touch the same ledger
+        items (its keys, its contents' claims): those keep their batch order, the rest run at once. The
+        batch's handlers start in its order, so each registers before any later one looks."""
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        earlier = {id(f): f for f in (self.last.get(item) for item in touched(record)) if f is not None}
+        for item in touched(record):
+            self.last[item] = done
+        try:
+            for future in earlier.values():
+                await future
+            await loop.run_in_executor(self.threads, self.record_message, record)
+        finally:
+            done.set_result(None)
+
+    def record_message(self, record: SQSRecord) -> None:
         try:
             notices = parse_body(record.body)
         except UnreadableNoticeError as error:
-            self.tally.ignored += 1
+            self.count("ignored")
             logger.warning(
                 "dropped an unreadable message", extra={"message_id": record.message_id, "error": str(error)}
             )
             return
         if not notices:
-            self.tally.ignored += 1
+            self.count("ignored")
             logger.info(
                 "ignored a message without object-created notices", extra={"message_id": record.message_id}
             )
@@ -81,7 +144,7 @@ class Ingestor:
 
     def record_notice(self, notice: ObjectCreated) -> None:
         if names.is_fsx_report(notice.key):
-            self.tally.ignored += 1
+            self.count("ignored")
             logger.info("ignored an FSx import report", extra={"key": notice.key})
             return
         if notice.removed:
@@ -100,16 +163,17 @@ class Ingestor:
         written = ledger.record(
             notice,
             verdict,
+            self.parts(verdict.dataset),
             table_name=self.config.ledger_table,
             client=self.writer,
             recorded_at=ledger.iso(self.clock()),  # just before the put: see retrain_contract.ledger
         )
         if not written:
-            self.tally.duplicates += 1
+            self.count("duplicates")
         elif verdict.accepted:
-            self.tally.accepted[verdict.dataset] += 1
+            self.count("accepted", verdict.dataset)
         else:
-            self.tally.rejected += 1
+            self.count("rejected")
             logger.warning("rejected an upload", extra={"key": notice.key, "reason": verdict.reason})
 
     def inspect(self, notice: ObjectCreated, verdict: uploads.Verdict) -> uploads.Verdict:
@@ -131,20 +195,21 @@ class Ingestor:
             return verdict
         table = self.config.ledger_table
         claim = names.content_claim_key(notice.etag, notice.size)
+        parts = self.parts(verdict.dataset)
         holder = ledger.claim_content(
-            verdict.dataset, claim, notice.key, verdict.label, table_name=table, client=self.dynamodb
+            parts, claim, notice.key, verdict.label, table_name=table, client=self.dynamodb
         )
         if holder is None:
             return verdict
         first = str(holder["first_key"])
-        row = ledger.get_row(verdict.dataset, first, table_name=table, client=self.dynamodb)
+        row = ledger.get_row(parts, first, table_name=table, client=self.dynamodb)
         stale = (
             row is None
             or row.get("state") in (names.STATE_REJECTED, names.STATE_REMOVED)
             or names.content_claim_key(str(row.get("etag", "")), int(row.get("size", 0))) != claim
         )
         if stale and ledger.take_over_claim(
-            verdict.dataset,
+            parts,
             claim,
             notice.key,
             verdict.label,
@@ -172,19 +237,17 @@ class Ingestor:
         """A deleted upload stops being trained on, and gives up its bytes' claim."""
         verdict = uploads.judge(notice.key, 1)
         if verdict.dataset == uploads.REJECTED_DATASET:
-            self.tally.ignored += 1
+            self.count("ignored")
             return
-        table = self.config.ledger_table
-        old = ledger.mark_removed(
-            verdict.dataset, notice.key, notice.sequencer, table_name=table, client=self.dynamodb
-        )
+        table, parts = self.config.ledger_table, self.parts(verdict.dataset)
+        old = ledger.mark_removed(parts, notice.key, notice.sequencer, table_name=table, client=self.dynamodb)
         if old is None:
-            self.tally.duplicates += 1
+            self.count("duplicates")
             return
-        self.tally.removed += 1
+        self.count("removed")
         if old.get("etag"):
             claim = names.content_claim_key(str(old["etag"]), int(old.get("size", 0)))
-            ledger.release_claim(verdict.dataset, claim, notice.key, table_name=table, client=self.dynamodb)
+            ledger.release_claim(parts, claim, notice.key, table_name=table, client=self.dynamodb)
         logger.info("an upload was deleted", extra={"key": notice.key})
 
 
@@ -203,10 +266,11 @@ def ingest(  # noqa: PLR0913 - the handler's clients, and the clocks tests set
     """Process one SQS batch; returns the partial-batch response ({"batchItemFailures": [...]}).
     `clock` stamps each row's recorded_at (tests give a fixed one)."""
     ingestor = Ingestor(config, dynamodb, s3, clock, writer)
-    processor = BatchProcessor(event_type=EventType.SQS)
-    response = process_partial_response(
-        event=event, record_handler=ingestor.record_handler, processor=processor, context=context
-    )
+    processor = AsyncBatchProcessor(event_type=EventType.SQS)
+    with ingestor.threads:
+        response = async_process_partial_response(
+            event=event, record_handler=ingestor.record_handler, processor=processor, context=context
+        )
     tally = ingestor.tally
     at = ledger.now_iso()
     for dataset, count in tally.accepted.items():

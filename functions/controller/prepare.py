@@ -543,6 +543,8 @@ def freeze_arguments(ctx: Context, config: Config) -> list[str]:
         config.ledger_table,
         "--dataset",
         ctx.dataset,
+        "--shards",
+        str(datasets.partitions_in(ctx.dataset, ctx.state).shards),
         "--cut",
         ctx.cut,
         "--trained-through",

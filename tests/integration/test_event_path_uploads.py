@@ -15,7 +15,7 @@ import boto3
 import pytest
 import yaml
 
-from controller import dispatch, finalize, ingest, ledger, prepare
+from controller import datasets, dispatch, finalize, ingest, ledger, prepare
 from retrain.embedded.events import s3_notices
 from tests.unit.functions import images
 from tests.unit.functions.support import Aws, freeze_run, make_config, moto_aws, sqs_event
@@ -67,6 +67,10 @@ def _drain(sqs: Any, url: str) -> list[str]:
             sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
 
 
+def _flowers(aws):
+    return datasets.partitions("flowers", table_name=aws.datasets_table, client=aws.dynamodb)
+
+
 def test_an_upload_reaches_the_ledger_through_eventbridge_and_the_queue(aws: Aws) -> None:
     # GIVEN the data bucket sending to EventBridge, the template's rule, and the ingest queue
     sqs, events = (
@@ -89,7 +93,7 @@ def test_an_upload_reaches_the_ledger_through_eventbridge_and_the_queue(aws: Aws
     response = ingest.ingest(sqs_event(bodies), config=config, dynamodb=aws.dynamodb, s3=aws.s3)
     # THEN only the data/ upload was forwarded, and the ledger holds it pending with its identity
     assert len(bodies) == 1 and response == {"batchItemFailures": []}
-    [row] = ledger.rows("flowers", table_name=aws.ledger_table, client=aws.dynamodb)
+    [row] = ledger.rows(_flowers(aws), table_name=aws.ledger_table, client=aws.dynamodb)
     assert (row["key"], row["state"], row["size"]) == (
         "data/flowers/daisy/my photo.jpg",
         "accepted",
@@ -101,7 +105,7 @@ def test_an_upload_reaches_the_ledger_through_eventbridge_and_the_queue(aws: Aws
     bodies = _drain(sqs, url)
     assert [json.loads(b)["detail-type"] for b in bodies] == ["Object Deleted"]
     ingest.ingest(sqs_event(bodies), config=config, dynamodb=aws.dynamodb, s3=aws.s3)
-    [row] = ledger.rows("flowers", table_name=aws.ledger_table, client=aws.dynamodb)
+    [row] = ledger.rows(_flowers(aws), table_name=aws.ledger_table, client=aws.dynamodb)
     assert row["state"] == "removed"
 
 
@@ -122,7 +126,7 @@ def test_a_direct_s3_to_sqs_notification_is_decoded(aws: Aws) -> None:
     response = ingest.ingest(sqs_event(bodies), config=make_config(aws), dynamodb=aws.dynamodb, s3=aws.s3)
     # THEN the test event S3 sends is ignored, and the image is recorded under its real key
     assert response == {"batchItemFailures": []}
-    [row] = ledger.rows("flowers", table_name=aws.ledger_table, client=aws.dynamodb)
+    [row] = ledger.rows(_flowers(aws), table_name=aws.ledger_table, client=aws.dynamodb)
     assert (row["key"], row["state"]) == ("data/flowers/tulip/été 1+1.png", "accepted")
 
 

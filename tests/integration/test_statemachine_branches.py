@@ -524,7 +524,11 @@ def _pending(h: Harness) -> int:
     state = datasets.get("flowers", table_name=h.aws.datasets_table, client=h.aws.dynamodb)
     through = str(state.get(names.TRAINED_THROUGH, ""))
     return ledger.pending_stats(
-        "flowers", through, limit=10_000, table_name=h.aws.ledger_table, client=h.aws.dynamodb
+        datasets.partitions_in("flowers", state),
+        through,
+        limit=10_000,
+        table_name=h.aws.ledger_table,
+        client=h.aws.dynamodb,
     ).count
 
 

@@ -14,6 +14,7 @@ RECORD_FENCE_SECONDS old before it reads, so every row recorded before the cut i
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 import logging
 import sys
@@ -38,6 +39,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--table", required=True, help="the ledger table")
     parser.add_argument("--dataset", required=True)
+    parser.add_argument(
+        "--shards", type=int, default=1, help="the data set's ledger shards (retrain_contract.ledger)"
+    )
     parser.add_argument("--cut", required=True, help="rows recorded before this time (ISO 8601) are in")
     parser.add_argument(
         "--trained-through", default="", help="the data set's watermark: rows from it on are new"
@@ -67,23 +71,28 @@ def wait_for_fence(
     return max(0.0, remaining)
 
 
-def ledger_rows(dataset: str, *, table: str, client: Any) -> Iterator[dict[str, Any]]:
-    """The data set's ledger rows, page by page (consistent reads, only the columns the freeze uses)."""
+def ledger_rows(parts: ledger.Partitions, *, table: str, client: Any) -> Iterator[dict[str, Any]]:
+    """The data set's ledger rows in key order, its partitions' pages merged (consistent reads, only the
+    columns the freeze uses)."""
     from boto3.dynamodb.types import TypeDeserializer
 
     deserializer = TypeDeserializer()
     names = {f"#c{i}": column for i, column in enumerate(COLUMNS)}
-    pages = client.get_paginator("query").paginate(
-        TableName=table,
-        KeyConditionExpression="#pk = :dataset",
-        ProjectionExpression=", ".join(names),
-        ExpressionAttributeNames={"#pk": ledger.PK, **names},
-        ExpressionAttributeValues={":dataset": {"S": dataset}},
-        ConsistentRead=True,
-    )
-    for page in pages:
-        for item in page["Items"]:
-            yield {key: deserializer.deserialize(value) for key, value in item.items()}
+
+    def partition_rows(partition: str) -> Iterator[dict[str, Any]]:
+        pages = client.get_paginator("query").paginate(
+            TableName=table,
+            KeyConditionExpression="#pk = :partition",
+            ProjectionExpression=", ".join(names),
+            ExpressionAttributeNames={"#pk": ledger.PK, **names},
+            ExpressionAttributeValues={":partition": {"S": partition}},
+            ConsistentRead=True,
+        )
+        for page in pages:
+            for item in page["Items"]:
+                yield {key: deserializer.deserialize(value) for key, value in item.items()}
+
+    yield from heapq.merge(*map(partition_rows, parts.all()), key=lambda row: str(row[ledger.SK]))
 
 
 @dataclass
@@ -209,7 +218,7 @@ def main(
 
         client = boto3.client("dynamodb", region_name=args.region)
     started = time.monotonic()
-    rows = ledger_rows(args.dataset, table=args.table, client=client)
+    rows = ledger_rows(ledger.Partitions(args.dataset, args.shards), table=args.table, client=client)
     frozen = freeze(
         rows, dataset=args.dataset, cut=args.cut, trained_through=args.trained_through, policy=policy
     )

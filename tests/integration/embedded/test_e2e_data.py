@@ -150,7 +150,10 @@ def test_bad_uploads_are_explained_and_a_skewed_set_trains_boosted(tmp_path: Pat
 
 
 def _ledger(stack: EmbeddedStack, outputs: dict[str, str]) -> dict[str, dict[str, Any]]:
-    from controller import ledger
+    from controller import datasets, ledger
 
-    table = outputs[names.STACK_OUTPUTS["ledger_table"]]
-    return {r["key"]: r for r in ledger.rows(DATASET, table_name=table, client=stack.client("dynamodb"))}
+    table, dynamodb = outputs[names.STACK_OUTPUTS["ledger_table"]], stack.client("dynamodb")
+    parts = datasets.partitions(
+        DATASET, table_name=outputs[names.STACK_OUTPUTS["datasets_table"]], client=dynamodb
+    )
+    return {r["key"]: r for r in ledger.rows(parts, table_name=table, client=dynamodb)}

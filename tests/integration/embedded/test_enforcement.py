@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from controller import names, prepare, runs
+from controller import datasets, names, prepare, runs
 from controller.ledger import rows as ledger_rows
 from retrain import demo_data
 from retrain.demo import DEMO_PARAMETERS
@@ -70,9 +70,11 @@ def stack_with_uploads(
                 Body=path.read_bytes(),
             )
         dynamodb = stack.client("dynamodb")
+        table = outputs[names.STACK_OUTPUTS["datasets_table"]]
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            count = len(list(ledger_rows(DATASET, table_name=ledger, client=dynamodb)))  # claims left out
+            parts = datasets.partitions(DATASET, table_name=table, client=dynamodb)
+            count = len(list(ledger_rows(parts, table_name=ledger, client=dynamodb)))  # claims left out
             if count == len(files):
                 break
             time.sleep(0.5)

@@ -14,6 +14,7 @@ import pytest
 from moto import mock_aws
 
 from controller import names
+from retrain.dev import tables
 
 STACK = "retrain-cli-test"
 PASS_DEFINITION = json.dumps(
@@ -28,18 +29,6 @@ class FakeStack:
 
     def output(self, short: str) -> str:
         return self.outputs[names.STACK_OUTPUTS[short]]
-
-
-def _table(dynamodb: Any, name: str, pk: str, sk: str) -> None:
-    dynamodb.create_table(
-        TableName=name,
-        KeySchema=[{"AttributeName": pk, "KeyType": "HASH"}, {"AttributeName": sk, "KeyType": "RANGE"}],
-        AttributeDefinitions=[
-            {"AttributeName": pk, "AttributeType": "S"},
-            {"AttributeName": sk, "AttributeType": "S"},
-        ],
-        BillingMode="PAY_PER_REQUEST",
-    )
 
 
 @pytest.fixture
@@ -59,8 +48,7 @@ def make_stack() -> FakeStack:
     dynamodb = boto3.client("dynamodb")
     for bucket in ("retrain-data-test", "retrain-artifacts-test"):
         s3.create_bucket(Bucket=bucket)
-    _table(dynamodb, "retrain-ledger", names.LEDGER_PK, names.LEDGER_SK)
-    _table(dynamodb, "retrain-runs", names.RUNS_PK, names.RUNS_SK)
+    tables.create_tables(dynamodb, ledger="retrain-ledger", runs="retrain-runs", datasets="retrain-datasets")
     role = boto3.client("iam").create_role(
         RoleName="retrain-sfn",
         AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": []}),
@@ -75,6 +63,7 @@ def make_stack() -> FakeStack:
         "state_machine": machine,
         "ledger_table": "retrain-ledger",
         "runs_table": "retrain-runs",
+        "datasets_table": "retrain-datasets",
         "topic": topic,
     }
     outputs = {names.STACK_OUTPUTS[k]: v for k, v in values.items()}

@@ -12,6 +12,7 @@ import boto3
 
 from controller import names, runs
 from retrain_contract import container as contract
+from retrain_contract import ledger
 
 DATASET = "digits"
 RUN_ID = "r1"
@@ -115,19 +116,24 @@ def write(stack: Any, run: runs.RunRecord | None = None) -> runs.RunRecord:
     run = run or record()
     dynamodb = boto3.client("dynamodb")
     runs.put_run(run, table_name=stack.output("runs_table"), client=dynamodb)
+    parts = ledger.Partitions(DATASET, ledger.LEDGER_SHARDS)  # a data set first seen by this stack
     for key in ACCEPTED_KEYS:
-        item = {names.LEDGER_PK: DATASET, names.LEDGER_SK: key, "state": names.STATE_ACCEPTED}
+        item = {names.LEDGER_PK: parts.of(key), names.LEDGER_SK: key, "state": names.STATE_ACCEPTED}
         dynamodb.put_item(TableName=stack.output("ledger_table"), Item=runs.serialize(item))
     for key, reason in REJECTED.items():
         item = {
-            names.LEDGER_PK: DATASET,
+            names.LEDGER_PK: parts.of(key),
             names.LEDGER_SK: key,
             "state": names.STATE_REJECTED,
             "reason": reason,
             "problem": PROBLEMS.get(key, names.PROBLEM_LAYOUT),
         }
         dynamodb.put_item(TableName=stack.output("ledger_table"), Item=runs.serialize(item))
-    removed = {names.LEDGER_PK: DATASET, names.LEDGER_SK: REMOVED_KEY, "state": names.STATE_REMOVED}
+    removed = {
+        names.LEDGER_PK: parts.of(REMOVED_KEY),
+        names.LEDGER_SK: REMOVED_KEY,
+        "state": names.STATE_REMOVED,
+    }
     dynamodb.put_item(TableName=stack.output("ledger_table"), Item=runs.serialize(removed))
     logs = boto3.client("logs")
     logs.create_log_group(logGroupName="/aws/sagemaker/TrainingJobs")

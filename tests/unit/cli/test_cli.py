@@ -14,6 +14,7 @@ from retrain.deployment import connect
 from retrain.errors import RetrainError, RunFailedError
 from retrain.report.build import REPORT_FILE
 from retrain.summary import SUMMARY_KEYS
+from retrain_contract.ledger import LEDGER_SHARDS, Partitions
 from tests.unit.cli import recorded_run
 
 runner = CliRunner()
@@ -209,10 +210,12 @@ def test_local_down_without_a_running_stack_says_so(tmp_path):
 
 
 def _ledger(stack, rows: dict[str, tuple[str, str]]) -> None:
-    """Ledger rows of data set d: key -> (recorded_at, state); a refused one with its reason."""
+    """Ledger rows of data set d, in its partitions: key -> (recorded_at, state); a refused one with its
+    reason."""
     dynamodb = boto3.client("dynamodb")
+    parts = Partitions("d", LEDGER_SHARDS)  # no row of its own yet: a data set first seen now
     for key, (at, state) in rows.items():
-        item = {"dataset": "d", "key": key, "state": state, "recorded_at": at}
+        item = {"dataset": parts.of(key), "key": key, "state": state, "recorded_at": at}
         if state == "rejected":
             item |= {"problem": "content", "reason": "not an image: cannot identify image file"}
         dynamodb.put_item(TableName=stack.output("ledger_table"), Item=runs.serialize(item))

@@ -1,16 +1,30 @@
 from __future__ import annotations
 
+import hashlib
+import io
 import json
+import threading
+import time
 from datetime import UTC, datetime
 
 import pytest
 
-from controller import ingest, ledger, names
+from controller import datasets, ingest, ledger, names
+from retrain_contract.ledger import LEDGER_SHARDS, Partitions
 from tests.unit.functions.support import function_environment, make_config, object_created, sqs_event
 
 
+def _etag(key):
+    """The etag object_created gives `key` by default (its bytes' own)."""
+    return hashlib.md5(key.encode(), usedforsecurity=False).hexdigest()
+
+
+def _parts(aws, dataset):
+    return datasets.partitions(dataset, table_name=aws.datasets_table, client=aws.dynamodb)
+
+
 def _rows(aws, dataset):
-    return list(ledger.rows(dataset, table_name=aws.ledger_table, client=aws.dynamodb))
+    return list(ledger.rows(_parts(aws, dataset), table_name=aws.ledger_table, client=aws.dynamodb))
 
 
 def _ingest(aws, config, bodies, **kwargs):
@@ -32,7 +46,12 @@ def test_an_eventbridge_notice_records_a_pending_row(aws, config, events_dir):
     [row] = _rows(aws, "flowers")
     assert row["key"] == "data/flowers/daisy/photo 1.jpg"
     assert (row["state"], row["label"], row["size"], row["version_id"]) == ("accepted", "daisy", 2048, "v1")
-    assert row[names.LEDGER_PENDING_PK] == "flowers"
+    # in the data set's partitions for its key, on the table and on the pending index
+    parts = _parts(aws, "flowers")
+    assert (row[names.LEDGER_PK], row[names.LEDGER_PENDING_PK]) == (
+        parts.of(row["key"]),
+        parts.index_of(row["key"]),
+    )
 
 
 def test_a_direct_s3_notification_key_is_url_decoded(aws, config, events_dir):
@@ -112,9 +131,13 @@ def test_an_older_notice_arriving_late_does_not_overwrite_a_newer_one(aws, confi
     assert row["etag"] == "new"
 
 
-def _pending(aws, trained_through=""):
+def _pending(aws, trained_through="", dataset="flowers"):
     return ledger.pending_stats(
-        "flowers", trained_through, limit=100_000, table_name=aws.ledger_table, client=aws.dynamodb
+        _parts(aws, dataset),
+        trained_through,
+        limit=100_000,
+        table_name=aws.ledger_table,
+        client=aws.dynamodb,
     )
 
 
@@ -248,7 +271,7 @@ def test_the_lambda_handler_reads_its_environment_and_reports_partial_failures(
     emf = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
     [metrics] = [m for m in emf if names.METRIC_ACCEPTED in m]
     assert (metrics[names.METRIC_ACCEPTED], metrics[names.METRIC_REJECTED]) == ([1.0], [1.0])
-    assert len(list(ledger.rows("flowers", table_name=aws.ledger_table, client=aws.dynamodb))) == 1
+    assert len(_rows(aws, "flowers")) == 1
 
 
 def test_an_fsx_completion_report_in_the_data_bucket_is_not_an_upload(aws, config, events_dir):
@@ -396,18 +419,20 @@ def _seed_pending(aws, dataset, count):
     """`count` accepted rows of `dataset`, written straight into the ledger (bulk, not through ingest)."""
     from controller.runs import serialize
 
+    parts = Partitions(dataset, LEDGER_SHARDS)  # a data set first seen now: no row of its own yet
     rows = [
         {
-            names.LEDGER_PK: dataset,
-            names.LEDGER_SK: f"data/{dataset}/cat/seed-{i:06d}.jpg",
+            names.LEDGER_PK: parts.of(key),
+            names.LEDGER_SK: key,
             "label": "cat",
             "state": names.STATE_ACCEPTED,
             "sequencer": "01",
             "recorded_at": "2026-01-01T09:00:00.000000Z",
-            names.LEDGER_PENDING_PK: dataset,
+            names.LEDGER_PENDING_PK: parts.index_of(key),
             names.LEDGER_PENDING_SK: "2026-01-01T09:00:00.000000Z",
         }
         for i in range(count)
+        for key in [f"data/{dataset}/cat/seed-{i:06d}.jpg"]
     ]
     for start in range(0, count, 25):
         requests = [{"PutRequest": {"Item": serialize(row)}} for row in rows[start : start + 25]]
@@ -437,7 +462,104 @@ def test_an_ingest_batch_reads_the_same_ledger_keys_however_many_uploads_wait(aw
 
     # WHEN a batch of 10 uploads is ingested into each (with the dispatch check after it)
     few, many = one_batch("few"), one_batch("many")
-    # THEN the batch reads as many index keys either way (at most MinNewImages and the two edges), where
-    # counting every pending row read 2,000 keys after each batch of the larger one
-    assert few == many <= 100 + 2
+    # THEN the batch reads at most MinNewImages index keys and the two edges of each index partition
+    # either way, where counting every pending row read 2,000 keys after each batch of the larger one
+    bound = 100 + 2 * Partitions("many", LEDGER_SHARDS).index_shards
+    assert few <= bound and many <= bound
     assert aws.sfn.list_executions(stateMachineArn=aws.state_machine_arn)["executions"] == []
+
+
+def test_a_data_sets_uploads_spread_over_its_partitions_and_every_reader_reads_them_all(
+    aws, config, events_dir
+):
+    # GIVEN 160 uploads of one new data set, recorded at two times
+    early = [
+        object_created(events_dir, f"data/shoes/l{i % 4}/{i:03d}.jpg", time="2026-01-01T10:00:00Z")
+        for i in range(80)
+    ]
+    late = [
+        object_created(events_dir, f"data/shoes/l{i % 4}/{i:03d}.jpg", time="2026-01-01T11:00:00Z")
+        for i in range(80, 160)
+    ]
+    # WHEN they are ingested
+    assert _ingest(aws, config, early) == _ingest(aws, config, late) == {"batchItemFailures": []}
+    # THEN the data set's row fixes its shard count, and its rows, claims and index entries lie in every
+    # one of its partition keys, each row's where its key hashes
+    parts = _parts(aws, "shoes")
+    state = aws.dynamodb.get_item(TableName=aws.datasets_table, Key={"dataset": {"S": "shoes"}})["Item"]
+    assert parts == Partitions("shoes", LEDGER_SHARDS) and state["ledger_shards"] == {"N": str(LEDGER_SHARDS)}
+    items = aws.dynamodb.scan(TableName=aws.ledger_table)["Items"]
+    assert {i["dataset"]["S"] for i in items} == set(parts.all())
+    assert all(i["dataset"]["S"] == parts.of(i["key"]["S"]) for i in items)
+    pending = [i for i in items if names.LEDGER_PENDING_PK in i]
+    assert len(pending) == 160 and {i[names.LEDGER_PENDING_PK]["S"] for i in pending} == set(
+        parts.index_all()
+    )
+    assert all(i[names.LEDGER_PENDING_PK]["S"] == parts.index_of(i["key"]["S"]) for i in pending)
+    # AND the readers read every partition: all rows in key order, every pending upload, the edges
+    rows = _rows(aws, "shoes")
+    assert [r["key"] for r in rows] == sorted(f"data/shoes/l{i % 4}/{i:03d}.jpg" for i in range(160))
+    stats = _pending(aws, dataset="shoes")
+    assert (stats.count, stats.oldest[:13], stats.newest[:13]) == (160, "2026-01-01T10", "2026-01-01T11")
+    assert ledger.pending_stats(parts, "", limit=100, table_name=aws.ledger_table, client=aws.dynamodb) == (
+        ledger.PendingStats(100, stats.oldest, stats.newest, at_least=True)
+    )
+
+
+def test_a_data_set_recorded_before_sharding_keeps_its_one_partition(aws, config, events_dir):
+    # GIVEN a data set whose rows and row were written before the ledger was sharded: one partition key,
+    # the data set's name, and no shard count on its row
+    _ingest(aws, config, [object_created(events_dir, "data/old/cat/a.jpg")])
+    for item in aws.dynamodb.scan(TableName=aws.ledger_table)["Items"]:
+        aws.dynamodb.delete_item(
+            TableName=aws.ledger_table, Key={"dataset": item["dataset"], "key": item["key"]}
+        )
+        aws.dynamodb.put_item(TableName=aws.ledger_table, Item={**item, "dataset": {"S": "old"}} | (
+            {names.LEDGER_PENDING_PK: {"S": "old"}} if names.LEDGER_PENDING_PK in item else {}))  # fmt: skip
+    aws.dynamodb.update_item(TableName=aws.datasets_table, Key={"dataset": {"S": "old"}},
+                             UpdateExpression="REMOVE ledger_shards")  # fmt: skip
+    # WHEN another upload of it, and one of the same bytes under another key, arrive
+    _ingest(aws, config, [object_created(events_dir, "data/old/cat/b.jpg", sequencer="0B")])
+    _ingest(
+        aws, config, [object_created(events_dir, "data/old/dog/copy.jpg", etag=_etag("data/old/cat/a.jpg"))]
+    )
+    # THEN they are written beside the old ones, and the claim written before sharding still holds
+    assert _parts(aws, "old") == Partitions("old", 1)
+    assert {i["dataset"]["S"] for i in aws.dynamodb.scan(TableName=aws.ledger_table)["Items"]} == {"old"}
+    rows = {r["key"]: r for r in _rows(aws, "old")}
+    assert set(rows) == {"data/old/cat/a.jpg", "data/old/cat/b.jpg", "data/old/dog/copy.jpg"}
+    assert rows["data/old/dog/copy.jpg"]["problem"] == names.PROBLEM_CONFLICT
+    assert _pending(aws, dataset="old").count == 2
+
+
+def test_a_batchs_records_are_read_at_once(aws, config, events_dir):
+    # GIVEN S3 that answers each ranged read after a pause, and a batch of 32 well-formed uploads
+    from PIL import Image
+
+    bodies = []
+    for i in range(32):
+        buffer = io.BytesIO()
+        Image.new("RGB", (64, 64), (i * 8, 20, 30)).save(buffer, "JPEG")  # bytes of its own
+        key = f"data/fast/cat/{i:02d}.jpg"
+        put = aws.s3.put_object(Bucket=aws.data_bucket, Key=key, Body=buffer.getvalue())
+        bodies.append(object_created(events_dir, key, size=buffer.tell(), etag=put["ETag"].strip('"'),
+                                     version_id=""))  # fmt: skip
+    reading, most = 0, 0
+    lock = threading.Lock()
+
+    def slow_read(**_):
+        nonlocal reading, most
+        with lock:
+            reading += 1
+            most = max(most, reading)
+        time.sleep(0.05)
+        with lock:
+            reading -= 1
+
+    aws.s3.meta.events.register("before-call.s3.GetObject", slow_read)
+    # WHEN the batch is ingested
+    response = _ingest(aws, config, bodies, s3=aws.s3)
+    # THEN every upload is recorded, and the reads of as many records as ingest runs at once overlapped
+    assert response == {"batchItemFailures": []}
+    assert len(_rows(aws, "fast")) == 32 and {r["state"] for r in _rows(aws, "fast")} == {"accepted"}
+    assert most == ingest.RECORD_THREADS

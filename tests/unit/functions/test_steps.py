@@ -25,7 +25,7 @@ from controller import (
 )
 from controller.errors import DatasetBusyError, ImportFailedError, InvalidRunInputError, NotEnoughDataError
 from retrain_contract import container
-from retrain_contract.ledger import RECORD_FENCE_SECONDS
+from retrain_contract.ledger import LEDGER_SHARDS, RECORD_FENCE_SECONDS, Partitions
 from tests.unit.functions.support import (
     freeze_run,
     function_environment,
@@ -760,7 +760,11 @@ def test_a_label_below_the_minimum_is_set_aside_held_and_named_in_the_notificati
     state = datasets.get("pets", table_name=aws.datasets_table, client=aws.dynamodb)
     assert state[names.TRAINED_THROUGH] == run["cut"]
     waiting = ledger.pending_stats(
-        "pets", run["cut"], limit=100, table_name=aws.ledger_table, client=aws.dynamodb
+        datasets.partitions("pets", table_name=aws.datasets_table, client=aws.dynamodb),
+        run["cut"],
+        limit=100,
+        table_name=aws.ledger_table,
+        client=aws.dynamodb,
     )
     assert waiting.count == 0
     # AND the notification says which label was set aside and why, the refused upload, and where to look
@@ -1196,19 +1200,21 @@ class _Calls:
 
 def _seed(aws, dataset, labels, per_label, *, recorded_at="2026-01-01T09:00:00.000000Z"):
     """Accepted ledger rows written straight into the table (bulk, as the benchmark seeds them)."""
+    parts = Partitions(dataset, LEDGER_SHARDS)  # a data set first seen now: no row of its own yet
     rows = [
         {
-            names.LEDGER_PK: dataset,
-            names.LEDGER_SK: f"data/{dataset}/{label}/{i:05d}.jpg",
+            names.LEDGER_PK: parts.of(key),
+            names.LEDGER_SK: key,
             "label": label,
             "state": names.STATE_ACCEPTED,
             "sequencer": "01",
             "recorded_at": recorded_at,
-            names.LEDGER_PENDING_PK: dataset,
+            names.LEDGER_PENDING_PK: parts.index_of(key),
             names.LEDGER_PENDING_SK: recorded_at,
         }
         for label in labels
         for i in range(per_label)
+        for key in [f"data/{dataset}/{label}/{i:05d}.jpg"]
     ]
     for start in range(0, len(rows), 25):
         requests = [{"PutRequest": {"Item": runs.serialize(row)}} for row in rows[start : start + 25]]
@@ -1249,7 +1255,8 @@ def test_prepare_and_finalize_do_the_same_work_for_ten_images_or_two_thousand(aw
     # AND the data set's watermark is the run's cut: none of its images waits for a run any more
     state = datasets.get("large", table_name=aws.datasets_table, client=aws.dynamodb)
     assert state[names.TRAINED_THROUGH] == large[0]["cut"]
-    assert ledger.pending_stats("large", large[0]["cut"], limit=10, table_name=aws.ledger_table,
+    parts = datasets.partitions_in("large", state)
+    assert ledger.pending_stats(parts, large[0]["cut"], limit=10, table_name=aws.ledger_table,
                                 client=aws.dynamodb).count == 0  # fmt: skip
 
 
