@@ -102,6 +102,10 @@ def _free_port() -> int:
 class EmbeddedStack:
     """The whole emulated AWS side of retrain, for one process (foreground) or as ``up``'s server."""
 
+    # Invocations of one function this machine runs at once (set before start): Lambda's own ceiling is
+    # the account's, and an event source mapping's MaximumConcurrency applies within it.
+    function_concurrency = 2
+
     def __init__(
         self,
         state_dir: Path = DEFAULT_STATE_DIR,
@@ -254,6 +258,7 @@ class EmbeddedStack:
             {},
             endpoint_url=self.endpoint_url,
             log_dir=self.state_dir / "logs" / "lambda",
+            max_concurrency=self.function_concurrency,
             credentials=self.gatekeeper.credentials,
         )
         job_events = self.job_events = JobEvents(self.sagemaker, self.client("events"))
