@@ -114,8 +114,9 @@ class Ingestor:
         batch's handlers start in its order, so each registers before any later one looks."""
         loop = asyncio.get_running_loop()
         done = loop.create_future()
-        earlier = {id(f): f for f in (self.last.get(item) for item in touched(record)) if f is not None}
-        for item in touched(record):
+        items = touched(record)
+        earlier = {id(f): f for f in (self.last.get(item) for item in items) if f is not None}
+        for item in items:
             self.last[item] = done
         try:
             for future in earlier.values():
