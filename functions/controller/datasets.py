@@ -39,10 +39,7 @@ def partitions_in(dataset: str, row: Mapping[str, Any] | None) -> ledger.Partiti
 
 def partitions(dataset: str, *, table_name: str, client: DynamoDBClient) -> ledger.Partitions:
     """Where the ledger keeps `dataset`'s rows (for readers: nothing is written)."""
-    item = client.get_item(
-        TableName=table_name, Key=serialize({names.DATASETS_PK: dataset}), ConsistentRead=True
-    ).get("Item")
-    return partitions_in(dataset, deserialize(item) if item else None)
+    return partitions_in(dataset, get(dataset, table_name=table_name, client=client))
 
 
 def settle_partitions(dataset: str, *, table_name: str, client: DynamoDBClient) -> ledger.Partitions:
@@ -50,12 +47,9 @@ def settle_partitions(dataset: str, *, table_name: str, client: DynamoDBClient) 
     written: a conditional write, so concurrent first uploads agree on one count."""
     if dataset == uploads.REJECTED_DATASET:
         return partitions_in(dataset, None)
-    item = client.get_item(
-        TableName=table_name, Key=serialize({names.DATASETS_PK: dataset}), ConsistentRead=True
-    ).get("Item")
-    row = deserialize(item) if item else None
+    row = get(dataset, table_name=table_name, client=client)
     found = partitions_in(dataset, row)
-    if row is not None and ledger.SHARDS_ATTRIBUTE in row:
+    if ledger.SHARDS_ATTRIBUTE in row:
         return found
     try:
         client.update_item(
