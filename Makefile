@@ -77,7 +77,7 @@ image-check: setup
 # fourth runs quick tests meanwhile (tests/conftest.py orders them so). With two, 15-35% of the cores sat
 # idle; with three, half of them for about a minute in all while every worker waited (BENCHMARKS.md).
 pytest: setup
-	$(BIN)/python -m pytest -n 4 --dist worksteal --durations=15 || { rc=$$?; \
+	$(BIN)/python -m pytest -n 4 --dist worksteal --durations=40 || { rc=$$?; \
 	  [ $$rc -ne 5 ] || echo "pytest collected no tests: the suite is broken" >&2; exit $$rc; }
 
 # The three gates are independent and mostly wait on one core each (mypy, sam build, pip): they run side by
