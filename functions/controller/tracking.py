@@ -214,7 +214,8 @@ def child_run(
     """The child run of one ended training job of `run` (dataset, run id): the one the run record names,
     else one made now (or left by an earlier delivery that failed before recording it) and recorded there
     under a condition. Two deliveries of the job's end event at once both make one; the one whose record
-    loses deletes its own, so the job has one child however often its event comes."""
+    loses deletes its own unless the winner recorded that same run (found by its search), so the job has
+    one child however often its event comes."""
     dataset, run_id = run
     name = str(job["TrainingJobName"])
     recorded = _children(dataset, run_id, config=config, dynamodb=dynamodb).get(name)
@@ -239,9 +240,11 @@ def child_run(
         dataset, run_id, CHILDREN, name, candidate, table_name=config.runs_table, client=dynamodb
     ):
         return candidate
-    if not left:
-        client.delete_run(candidate)  # another delivery of this event recorded its child first
-    return _children(dataset, run_id, config=config, dynamodb=dynamodb)[name]
+    recorded = _children(dataset, run_id, config=config, dynamodb=dynamodb)[name]
+    if not left and recorded != candidate:
+        # another delivery recorded its own child first; one that found this run and recorded it keeps it
+        client.delete_run(candidate)
+    return recorded
 
 
 def _children(dataset: str, run_id: str, *, config: Config, dynamodb: DynamoDBClient) -> dict[str, str]:

@@ -271,6 +271,33 @@ def test_two_deliveries_of_a_jobs_end_at_once_leave_one_child(aws, config, mlflo
     assert found[0].info.status == "FINISHED"
 
 
+def test_a_copy_that_records_the_child_another_made_keeps_it(aws, config, mlflow_client, monkeypatch):
+    # GIVEN a trial's end event delivered twice, the second copy handled entirely after the first made the
+    # job's child and before it records it: the second finds that child and records it first
+    _finished_run(aws)
+    _log_job(boto3.client("logs", region_name="us-east-1"), "tune-001", [0.5, 0.7])
+    jobs = _SageMaker({"tune-001": _job("tune-001", trial=True, accuracy=0.7)})
+    real_set_key_once = runs.set_key_once
+    copies: list[dict[str, Any]] = []
+
+    def set_key_once(*args: Any, **kwargs: Any) -> bool:
+        if not copies:
+            copies.append({})
+            copies[0] = _track_job(_job_ended("tune-001"), aws, config, mlflow_client, jobs)
+        return real_set_key_once(*args, **kwargs)
+
+    monkeypatch.setattr(runs, "set_key_once", set_key_once)
+    # WHEN the first copy goes on and loses the record to the second
+    first = _track_job(_job_ended("tune-001"), aws, config, mlflow_client, jobs)
+    # THEN the child both name is the one it made, and it is still there, logged and ended
+    assert first["action"] == copies[0]["action"] == "tracked"
+    assert first["mlflow_run_id"] == copies[0]["mlflow_run_id"]
+    experiment = tracking.experiment_id(mlflow_client, DATASET)
+    found = mlflow_client.search_runs([experiment], filter_string=f"tags.`{tracking.TAG_JOB}` = 'tune-001'")
+    assert [r.info.run_id for r in found] == [first["mlflow_run_id"]]
+    assert found[0].info.status == "FINISHED"
+
+
 def test_an_unreachable_tracker_is_a_warning_in_the_run_record_not_an_error(aws, config, monkeypatch):
     # GIVEN a run and an MLflow endpoint nobody serves
     _finished_run(aws)
