@@ -12,6 +12,7 @@ import io
 import json
 import logging
 import re
+import threading
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Any, Final
@@ -103,6 +104,13 @@ def error_response(protocol: str, refused: RequestRefusedError) -> tuple[int, li
     return refused.status, headers, body
 
 
+# Services whose requests moto serves one at a time. DynamoDB applies each item write atomically, its
+# condition included (two conditional writes of one item: one succeeds, the other's condition fails);
+# moto checks a condition and writes the item in two steps without a lock, so two requests served at
+# once could both pass and both write (two tracking deliveries each recorded its own MLflow child).
+SERIALIZED_SERVICES: Final = frozenset({"dynamodb"})
+
+
 class GatedApplication:
     """WSGI middleware: the gatekeeper decides, moto serves what it lets through."""
 
@@ -112,6 +120,7 @@ class GatedApplication:
         self.app = app
         self.gatekeeper = gatekeeper
         self.before = before
+        self._serialized = {service: threading.Lock() for service in SERIALIZED_SERVICES}
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         signed = signer(environ)
@@ -140,7 +149,11 @@ class GatedApplication:
                 return [b"" if environ.get("REQUEST_METHOD") == "HEAD" else payload]
         environ["wsgi.input"] = io.BytesIO(body)
         environ["CONTENT_LENGTH"] = str(len(body))
-        return self.app(environ, start_response)
+        lock = self._serialized.get(service)
+        if lock is None:
+            return self.app(environ, start_response)
+        with lock:
+            return list(self.app(environ, start_response))
 
 
 def gated_moto_server(

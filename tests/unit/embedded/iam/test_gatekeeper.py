@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import boto3
@@ -218,3 +221,55 @@ def test_requests_are_routed_without_listing_motos_package(
     assert s3.get_object(Bucket=BUCKET, Key="runs/a.json")["Body"].read() == b"{}"
     assert "Item" not in ddb.get_item(TableName=TABLE, Key={"k": {"S": "x"}})
     assert listed == []
+
+
+def test_two_conditional_writes_of_one_item_at_once_let_one_succeed(
+    stack: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN two writers of one item, each `SET v` only where it is absent, and moto made to wait after a
+    # condition holds until the other request's condition has held too (at most 2 s)
+    from moto.dynamodb import models
+
+    both_checked = threading.Barrier(2, timeout=2)
+    parser = models.create_condition_expression_parser
+
+    def waiting_parser(*args: Any, **kwargs: Any) -> Any:
+        parsed = parser(*args, **kwargs).parse()
+
+        class Waiting:
+            def parse(self) -> Any:
+                return self
+
+            def expr(self, item: Any) -> bool:
+                held = bool(parsed.expr(item))
+                with contextlib.suppress(threading.BrokenBarrierError):
+                    both_checked.wait()
+                return held
+
+        return Waiting()
+
+    monkeypatch.setattr(models, "create_condition_expression_parser", waiting_parser)
+    ddb = stack["client"]("dynamodb", as_role=False)
+    key = {"k": {"S": "written-once"}}
+    ddb.put_item(TableName=TABLE, Item=key)
+
+    def write(value: str) -> bool:
+        try:
+            ddb.update_item(
+                TableName=TABLE,
+                Key=key,
+                UpdateExpression="SET v = :v",
+                ConditionExpression="attribute_not_exists(v)",
+                ExpressionAttributeValues={":v": {"S": value}},
+            )
+        except ddb.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
+
+    # WHEN both write at once
+    with ThreadPoolExecutor(2) as pool:
+        made = list(pool.map(write, ["first", "second"]))
+    # THEN one write was made, and the item holds its value (as DynamoDB's atomic conditional writes do)
+    assert sorted(made) == [False, True]
+    stored = ddb.get_item(TableName=TABLE, Key=key)["Item"]["v"]["S"]
+    assert stored == ["first", "second"][made.index(True)]
