@@ -213,9 +213,8 @@ def child_run(
 ) -> str:
     """The child run of one ended training job of `run` (dataset, run id): the one the run record names,
     else one made now (or left by an earlier delivery that failed before recording it) and recorded there
-    under a condition. Two deliveries of the job's end event at once both make one; the one whose record
-    loses deletes its own unless the winner recorded that same run (found by its search), so the job has
-    one child however often its event comes."""
+    under a condition. Two deliveries of the job's end event at once both make one; once one is recorded
+    every other run of the job is deleted, so the job has one child however often its event comes."""
     dataset, run_id = run
     name = str(job["TrainingJobName"])
     recorded = _children(dataset, run_id, config=config, dynamodb=dynamodb).get(name)
@@ -239,11 +238,16 @@ def child_run(
     if runs.set_key_once(
         dataset, run_id, CHILDREN, name, candidate, table_name=config.runs_table, client=dynamodb
     ):
-        return candidate
-    recorded = _children(dataset, run_id, config=config, dynamodb=dynamodb)[name]
-    if not left and recorded != candidate:
-        # another delivery recorded its own child first; one that found this run and recorded it keeps it
-        client.delete_run(candidate)
+        recorded = candidate
+    else:
+        recorded = _children(dataset, run_id, config=config, dynamodb=dynamodb)[name]
+    # Every other run of the job goes: a losing delivery's own (one that found the recorded run by its
+    # search and recorded it keeps it), and a second run that MLflow's client made by sending a
+    # create-run again after a read timeout (it retries every method, POST included).
+    for other in client.search_runs([experiment], filter_string=f"tags.`{TAG_JOB}` = '{name}'"):
+        if other.info.run_id != recorded:
+            with contextlib.suppress(MlflowException):  # its own delivery deleted it meanwhile
+                client.delete_run(other.info.run_id)
     return recorded
 
 

@@ -298,6 +298,30 @@ def test_a_copy_that_records_the_child_another_made_keeps_it(aws, config, mlflow
     assert found[0].info.status == "FINISHED"
 
 
+def test_a_create_run_sent_twice_by_the_client_leaves_one_child(aws, config, mlflow_client, monkeypatch):
+    # GIVEN an MLflow client whose create-run of the job's child reaches the server twice (its first
+    # answer lost to a read timeout, the POST sent again: MLflow's client retries every method)
+    _finished_run(aws)
+    _log_job(boto3.client("logs", region_name="us-east-1"), "tune-001", [0.5, 0.7])
+    jobs = _SageMaker({"tune-001": _job("tune-001", trial=True, accuracy=0.7)})
+    real_create_run = mlflow_client.create_run
+    lost: list[str] = []
+
+    def create_run(experiment_id: str, *args: Any, **kwargs: Any) -> Any:
+        if (kwargs.get("tags") or {}).get(tracking.TAG_JOB) == "tune-001" and not lost:
+            lost.append(real_create_run(experiment_id, *args, **kwargs).info.run_id)
+        return real_create_run(experiment_id, *args, **kwargs)
+
+    monkeypatch.setattr(mlflow_client, "create_run", create_run)
+    # WHEN the job's end is tracked
+    tracked = _track_job(_job_ended("tune-001"), aws, config, mlflow_client, jobs)
+    # THEN the job has one child, the one it logged into; the lost answer's run is gone
+    experiment = tracking.experiment_id(mlflow_client, DATASET)
+    found = mlflow_client.search_runs([experiment], filter_string=f"tags.`{tracking.TAG_JOB}` = 'tune-001'")
+    assert lost and [r.info.run_id for r in found] == [tracked["mlflow_run_id"]] != lost
+    assert found[0].info.status == "FINISHED"
+
+
 def test_an_unreachable_tracker_is_a_warning_in_the_run_record_not_an_error(aws, config, monkeypatch):
     # GIVEN a run and an MLflow endpoint nobody serves
     _finished_run(aws)
