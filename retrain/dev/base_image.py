@@ -24,12 +24,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import functools
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-
-from sagemaker.core import image_uris  # type: ignore[import-untyped]
+from typing import Any
 
 from retrain.managed_debugger import sagemaker_regions
 from retrain_contract import serving
@@ -72,14 +70,22 @@ DLC_REPOSITORY_POLICY = {
 }
 
 
-@functools.cache
-def dlc_accounts() -> frozenset[str]:
-    """The registry accounts of the serving image in every region (sagemaker-core's data)."""
-    return frozenset(account for account in inference_accounts().values() if account)
+# template.yaml's mapping of region -> the serving image's registry account (`inference_mapping` writes it).
+INFERENCE_MAPPING = "InferenceImages"
+
+
+def mapped_accounts(template: Mapping[str, Any]) -> frozenset[str]:
+    """The serving image's registry accounts that `template`'s mapping names: AWS's DLC registries, which
+    the embedded stack's image pulls are authorised against (reading them from sagemaker-core's data
+    instead took 4 s of CPU in every process that started a job)."""
+    rows = template.get("Mappings", {}).get(INFERENCE_MAPPING, {})
+    return frozenset(str(row["Account"]) for row in rows.values() if row.get("Account"))
 
 
 def uri(region: str) -> str:
     """The base image in `region`'s registry."""
+    from sagemaker.core import image_uris  # type: ignore[import-untyped]
+
     resolved: str = image_uris.retrieve(
         framework=FRAMEWORK,
         region=region,
@@ -92,6 +98,8 @@ def uri(region: str) -> str:
 
 def inference_uri(region: str) -> str:
     """The serving image of the region's model packages (ValueError where sagemaker-core has none)."""
+    from sagemaker.core import image_uris
+
     resolved: str = image_uris.retrieve(
         framework=INFERENCE_FRAMEWORK,
         region=region,
@@ -117,7 +125,7 @@ def inference_accounts() -> dict[str, str]:
 def inference_mapping() -> str:
     """template.yaml's InferenceImages mapping, as YAML lines."""
     rows = [f'    {region}: {{Account: "{account}"}}' for region, account in inference_accounts().items()]
-    return "\n".join(["  InferenceImages:", *rows])
+    return "\n".join([f"  {INFERENCE_MAPPING}:", *rows])
 
 
 def build_args(region: str) -> list[str]:

@@ -31,6 +31,7 @@ from typing import Any, Final
 import boto3
 from botocore.config import Config
 
+from retrain.dev import base_image
 from retrain.embedded import s3_versions, snapshot
 from retrain.embedded.account import ACCOUNT_ID, REGION
 from retrain.embedded.awslambda.interpreters import RuntimeUnavailableError
@@ -149,6 +150,7 @@ class EmbeddedStack:
             Principals(), PolicyEvaluator(account=ACCOUNT_ID), region=REGION, account=ACCOUNT_ID
         )
         self._role_clients: dict[str, tuple[Any, Any]] = {}
+        self._dlc_accounts: frozenset[str] | None = None  # the template's serving-image registries
         self._events_client: Any = None
         # Set by start(read_only=True) until the saved objects are back in the buckets.
         self._objects_pending = False
@@ -180,9 +182,9 @@ class EmbeddedStack:
             repository = f"arn:aws:ecr:{pull['region']}:{pull['registry']}:repository/{pull['repository']}"
             # AWS's Deep Learning Containers (a package's serving image) live in AWS's registry accounts,
             # whose repository policy lets any account pull; any other account's image has none here.
-            from retrain.dev import base_image  # sagemaker-core's data, read when a job or endpoint starts
-
-            aws_image = pull["registry"] in base_image.dlc_accounts()
+            if self._dlc_accounts is None:
+                self._dlc_accounts = base_image.mapped_accounts(load_template(self.template))
+            aws_image = pull["registry"] in self._dlc_accounts
             try:
                 self.gatekeeper.authorize(
                     principal,

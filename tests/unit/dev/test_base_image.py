@@ -11,6 +11,7 @@ import pytest
 import torch
 from packaging.requirements import Requirement
 from packaging.version import Version
+from sagemaker.core import image_uris  # type: ignore[import-untyped]
 
 from retrain.dev import base_image
 from retrain.dev.image_check import ImageCheckError, PackageSet, broken, check_support, needing_stack
@@ -140,7 +141,7 @@ def test_sagemaker_core_knows_no_inference_image_for_the_pinned_torch_so_the_new
     # GIVEN sagemaker-core's image table THEN there is no PyTorch inference DLC of the training torch, and
     # the serving version is the newest inference DLC it lists (raise INFERENCE_VERSION when one appears)
     with pytest.raises(ValueError, match="Unsupported pytorch version"):
-        base_image.image_uris.retrieve(
+        image_uris.retrieve(
             framework=base_image.INFERENCE_FRAMEWORK,
             region="us-east-1",
             version=base_image.VERSION,
@@ -148,7 +149,7 @@ def test_sagemaker_core_knows_no_inference_image_for_the_pinned_torch_so_the_new
             instance_type="ml.m5.large",
             image_scope="inference",
         )
-    config = base_image.image_uris.config_for_framework(base_image.INFERENCE_FRAMEWORK)["inference"]
+    config = image_uris.config_for_framework(base_image.INFERENCE_FRAMEWORK)["inference"]
     newest = max(config["versions"], key=Version)
     assert config["version_aliases"][base_image.INFERENCE_VERSION] == newest
 
@@ -156,7 +157,7 @@ def test_sagemaker_core_knows_no_inference_image_for_the_pinned_torch_so_the_new
 def test_the_templates_inference_images_are_sagemaker_cores_in_every_region() -> None:
     # GIVEN the template's InferenceImages mapping and the image string the register function gets
     template = load_template(REPO / "template.yaml")
-    mapping = template["Mappings"]["InferenceImages"]
+    mapping = template["Mappings"][base_image.INFERENCE_MAPPING]
     variable = template["Resources"]["RegisterModelFunction"]["Properties"]["Environment"]["Variables"]
     pattern = variable["INFERENCE_IMAGE_URI"]["Fn::If"][1]["Fn::Sub"][0]
 
@@ -173,3 +174,7 @@ def test_the_templates_inference_images_are_sagemaker_cores_in_every_region() ->
     }
     text = (REPO / "template.yaml").read_text()
     assert all(line in text for line in base_image.inference_mapping().splitlines())
+    # and the accounts the embedded stack reads from it (its image pulls' AWS registries) are those
+    assert base_image.mapped_accounts(template) == {
+        account for account in base_image.inference_accounts().values() if account
+    }
