@@ -125,20 +125,35 @@ def share_sizes(count: int, workers: int) -> list[int]:
 def spread(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
     """The collection ordered so that each worker's first share but the last starts with its part of the
     long and slow tests (longest first to the share with the fewest seconds), quick tests filling them;
-    the last share (of two or more) is quick tests only."""
-    heavy = sorted((item for item in items if expected_seconds(item)), key=expected_seconds, reverse=True)
+    the last share (of two or more) is quick tests only. A file's slow tests stay in one share: its
+    module-scoped fixtures (a training job, a stack) are made once by each worker that runs any of them,
+    and dealt one by one the 15 tests of one file had their training job made on three workers. The long
+    files' tests (each with a stack of its own) are dealt one by one."""
+    groups: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        if expected_seconds(item):
+            path = item.path.relative_to(REPO_ROOT).as_posix()
+            groups.setdefault(path if path not in LONG_TESTS else f"{path}::{len(groups)}", []).append(item)
+    # the long tests first (each alone), then the slow files, most seconds first: within a share the tests'
+    # seconds never increase
+    heavy = sorted(
+        groups.values(),
+        key=lambda group: (max(map(expected_seconds, group)), sum(map(expected_seconds, group))),
+        reverse=True,
+    )
     quick = [item for item in items if not expected_seconds(item)]
     sizes = share_sizes(len(items), workers)
     shares: list[list[pytest.Item]] = [[] for _ in range(workers)]
     loads = [0.0] * workers
     carriers = range(max(1, workers - 1))
-    for item in heavy:
-        open_shares = [w for w in carriers if len(shares[w]) < sizes[w]] or [
-            w for w in range(workers) if len(shares[w]) < sizes[w]
-        ]
-        target = min(open_shares, key=lambda w: loads[w])
-        shares[target].append(item)
-        loads[target] += expected_seconds(item)
+    for group in heavy:
+        fits = [w for w in range(workers) if len(shares[w]) + len(group) <= sizes[w]]
+        if not fits:  # no share has room for the whole file: its tests go one by one
+            heavy.extend([item] for item in group)
+            continue
+        target = min([w for w in fits if w in carriers] or fits, key=lambda w: loads[w])
+        shares[target].extend(group)
+        loads[target] += sum(map(expected_seconds, group))
     for share, size in zip(shares, sizes, strict=True):
         need = size - len(share)
         share.extend(quick[:need])

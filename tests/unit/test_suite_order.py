@@ -33,6 +33,10 @@ def _collection() -> list[Any]:
     items += [
         Collected(REPO_ROOT / "tests/integration/test_slow.py", f"slow{n}", slow=True) for n in range(6)
     ]
+    items += [
+        Collected(REPO_ROOT / "tests/integration/test_other_slow.py", f"other{n}", slow=True)
+        for n in range(3)
+    ]
     items += [Collected(REPO_ROOT / "tests/unit/test_quick.py", f"quick{n}") for n in range(300)]
     return items
 
@@ -69,3 +73,20 @@ def test_the_long_tests_lead_every_share_but_the_last_spread_by_their_seconds(wo
     if workers > 2:  # the two longest are on different workers
         longest, second = sorted(LONG_TESTS, key=LONG_TESTS.__getitem__, reverse=True)[:2]
         assert share_of[f"{longest}::0"] != share_of[f"{second}::0"]
+
+
+@pytest.mark.parametrize("workers", [2, 3, 4])
+def test_a_files_slow_tests_share_one_worker_and_its_module_fixtures(workers: int) -> None:
+    # GIVEN two files of slow tests (module-scoped fixtures are made once per worker that runs the file)
+    items = _collection()
+    # WHEN the collection is spread
+    ordered: list[Any] = spread(list(items), workers)
+    start, share_of = 0, {}
+    for index, size in enumerate(share_sizes(len(items), workers)):
+        share_of.update({i.name: index for i in ordered[start : start + size]})
+        start += size
+    # THEN each file's tests are in one worker's share, and the long files' tests are dealt one by one
+    for prefix in ("slow", "other"):
+        assert len({index for name, index in share_of.items() if name.startswith(prefix)}) == 1
+    faults = {index for name, index in share_of.items() if "faults" in name}
+    assert len(faults) == min(4, workers - 1)
