@@ -37,7 +37,7 @@ from retrain.embedded.account import ACCOUNT_ID, REGION
 from retrain.embedded.awslambda.interpreters import RuntimeUnavailableError
 from retrain.embedded.awslambda.runtime import LambdaRuntime
 from retrain.embedded.dynamodb import item_size, query_sort
-from retrain.embedded.events import s3_notices, sqs_speed
+from retrain.embedded.events import s3_notices, sqs_locks, sqs_speed
 from retrain.embedded.events.sagemaker_jobs import JobEvents
 from retrain.embedded.events.scheduler import Scheduler
 from retrain.embedded.events.sqs_poller import INITIAL_CONCURRENT_BATCHES, SqsPoller
@@ -280,6 +280,7 @@ class EmbeddedStack:
         self._exit.enter_context(s3_notices.installed())
         self._exit.enter_context(s3_versions.installed())
         self._exit.enter_context(sqs_speed.installed())
+        self._exit.enter_context(sqs_locks.installed())
         self._exit.enter_context(item_size.installed())
         self._exit.enter_context(query_sort.installed())
         from retrain.embedded.sagemaker import api_installed
