@@ -14,7 +14,7 @@ import logging
 import re
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any, Final
 from urllib.parse import unquote
 from xml.sax.saxutils import escape
@@ -104,16 +104,11 @@ def error_response(protocol: str, refused: RequestRefusedError) -> tuple[int, li
     return refused.status, headers, body
 
 
-# Operations moto serves one at a time, per service. DynamoDB applies each item write atomically, its
+# Services whose requests moto serves one at a time. DynamoDB applies each item write atomically, its
 # condition included (two conditional writes of one item: one succeeds, the other's condition fails);
-# moto checks a condition and writes the item in two steps without a lock, so two writes served at once
-# could both pass and both write (two tracking deliveries each recorded its own MLflow child). Reads stay
-# concurrent: a long query holds up no write.
-SERIALIZED: Final[Mapping[str, frozenset[str]]] = {
-    "dynamodb": frozenset(
-        {"PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems", "ExecuteStatement"}
-    )
-}
+# moto checks a condition and writes the item in two steps without a lock, so two requests served at
+# once could both pass and both write (two tracking deliveries each recorded its own MLflow child).
+SERIALIZED_SERVICES: Final = frozenset({"dynamodb"})
 
 
 class GatedApplication:
@@ -125,7 +120,7 @@ class GatedApplication:
         self.app = app
         self.gatekeeper = gatekeeper
         self.before = before
-        self._serialized = {service: threading.Lock() for service in SERIALIZED}
+        self._serialized = {service: threading.Lock() for service in SERIALIZED_SERVICES}
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         signed = signer(environ)
@@ -154,7 +149,7 @@ class GatedApplication:
                 return [b"" if environ.get("REQUEST_METHOD") == "HEAD" else payload]
         environ["wsgi.input"] = io.BytesIO(body)
         environ["CONTENT_LENGTH"] = str(len(body))
-        lock = self._serialized.get(service) if operation in SERIALIZED.get(service, ()) else None
+        lock = self._serialized.get(service)
         if lock is None:
             return self.app(environ, start_response)
         with lock:
