@@ -243,12 +243,25 @@ def test_two_events_racing_for_the_parent_leave_one(aws, config, mlflow_client, 
     assert [r.info.run_id for r in mlflow_client.search_runs([experiment.experiment_id])] == theirs
 
 
+def _one_ended_trial(aws: Any) -> _SageMaker:
+    """A finished run whose one trial, tune-001, logged two epochs and ended."""
+    _finished_run(aws)
+    _log_job(boto3.client("logs", region_name="us-east-1"), "tune-001", [0.5, 0.7])
+    return _SageMaker({"tune-001": _job("tune-001", trial=True, accuracy=0.7)})
+
+
+def _children_of_the_trial(mlflow_client: MlflowClient) -> list[Any]:
+    """Every active MLflow run tagged with tune-001."""
+    experiment = tracking.experiment_id(mlflow_client, DATASET)
+    return list(
+        mlflow_client.search_runs([experiment], filter_string=f"tags.`{tracking.TAG_JOB}` = 'tune-001'")
+    )
+
+
 def test_two_deliveries_of_a_jobs_end_at_once_leave_one_child(aws, config, mlflow_client, monkeypatch):
     # GIVEN a trial's end event delivered twice (EventBridge delivers at least once), the second copy
     # handled entirely while the first is between looking for the job's child and making one
-    _finished_run(aws)
-    _log_job(boto3.client("logs", region_name="us-east-1"), "tune-001", [0.5, 0.7])
-    jobs = _SageMaker({"tune-001": _job("tune-001", trial=True, accuracy=0.7)})
+    jobs = _one_ended_trial(aws)
     real_create_run = mlflow_client.create_run
     copies: list[dict[str, Any]] = []
     delivered = []
@@ -265,8 +278,7 @@ def test_two_deliveries_of_a_jobs_end_at_once_leave_one_child(aws, config, mlflo
     # THEN both name the same child, the only one the job has, logged and ended
     assert first["action"] == copies[0]["action"] == "tracked"
     assert first["mlflow_run_id"] == copies[0]["mlflow_run_id"]
-    experiment = tracking.experiment_id(mlflow_client, DATASET)
-    found = mlflow_client.search_runs([experiment], filter_string=f"tags.`{tracking.TAG_JOB}` = 'tune-001'")
+    found = _children_of_the_trial(mlflow_client)
     assert [r.info.run_id for r in found] == [first["mlflow_run_id"]]
     assert found[0].info.status == "FINISHED"
 
@@ -274,9 +286,7 @@ def test_two_deliveries_of_a_jobs_end_at_once_leave_one_child(aws, config, mlflo
 def test_a_copy_that_records_the_child_another_made_keeps_it(aws, config, mlflow_client, monkeypatch):
     # GIVEN a trial's end event delivered twice, the second copy handled entirely after the first made the
     # job's child and before it records it: the second finds that child and records it first
-    _finished_run(aws)
-    _log_job(boto3.client("logs", region_name="us-east-1"), "tune-001", [0.5, 0.7])
-    jobs = _SageMaker({"tune-001": _job("tune-001", trial=True, accuracy=0.7)})
+    jobs = _one_ended_trial(aws)
     real_set_key_once = runs.set_key_once
     copies: list[dict[str, Any]] = []
 
@@ -292,8 +302,7 @@ def test_a_copy_that_records_the_child_another_made_keeps_it(aws, config, mlflow
     # THEN the child both name is the one it made, and it is still there, logged and ended
     assert first["action"] == copies[0]["action"] == "tracked"
     assert first["mlflow_run_id"] == copies[0]["mlflow_run_id"]
-    experiment = tracking.experiment_id(mlflow_client, DATASET)
-    found = mlflow_client.search_runs([experiment], filter_string=f"tags.`{tracking.TAG_JOB}` = 'tune-001'")
+    found = _children_of_the_trial(mlflow_client)
     assert [r.info.run_id for r in found] == [first["mlflow_run_id"]]
     assert found[0].info.status == "FINISHED"
 
@@ -301,9 +310,7 @@ def test_a_copy_that_records_the_child_another_made_keeps_it(aws, config, mlflow
 def test_a_create_run_sent_twice_by_the_client_leaves_one_child(aws, config, mlflow_client, monkeypatch):
     # GIVEN an MLflow client whose create-run of the job's child reaches the server twice (its first
     # answer lost to a read timeout, the POST sent again: MLflow's client retries every method)
-    _finished_run(aws)
-    _log_job(boto3.client("logs", region_name="us-east-1"), "tune-001", [0.5, 0.7])
-    jobs = _SageMaker({"tune-001": _job("tune-001", trial=True, accuracy=0.7)})
+    jobs = _one_ended_trial(aws)
     real_create_run = mlflow_client.create_run
     lost: list[str] = []
 
@@ -316,8 +323,7 @@ def test_a_create_run_sent_twice_by_the_client_leaves_one_child(aws, config, mlf
     # WHEN the job's end is tracked
     tracked = _track_job(_job_ended("tune-001"), aws, config, mlflow_client, jobs)
     # THEN the job has one child, the one it logged into; the lost answer's run is gone
-    experiment = tracking.experiment_id(mlflow_client, DATASET)
-    found = mlflow_client.search_runs([experiment], filter_string=f"tags.`{tracking.TAG_JOB}` = 'tune-001'")
+    found = _children_of_the_trial(mlflow_client)
     assert lost and [r.info.run_id for r in found] == [tracked["mlflow_run_id"]] != lost
     assert found[0].info.status == "FINISHED"
 
