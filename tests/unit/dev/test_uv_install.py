@@ -45,3 +45,16 @@ def test_pips_files_and_variables_become_uvs_flags_env_over_files(
     assert ("--find-links", "/srv/wheels") in pairs
     assert "/srv/from-file" not in flags
     assert flags[-2:] == ["-r", "requirements-dev.txt"]
+
+
+def test_setup_compiled_the_installed_packages_bytecode() -> None:
+    # `make setup` asks uv for the bytecode at install: where PYTHONDONTWRITEBYTECODE is set no process
+    # writes it, and every training job and worker compiled torch again (Makefile). torch's show_pickle
+    # is a command-line tool that nothing here imports, so its bytecode is there only if install made it.
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    assert spec is not None and spec.origin is not None
+    source = Path(spec.origin).parent / "utils" / "show_pickle.py"
+    compiled = Path(importlib.util.cache_from_source(str(source)))
+    assert compiled.is_file(), f"no bytecode at {compiled}: set up again with `rm -rf .venv && make setup`"
