@@ -7,9 +7,10 @@ import threading
 import time
 from datetime import UTC, datetime
 
+import boto3
 import pytest
 
-from controller import datasets, ingest, ledger, names
+from controller import clients, datasets, ingest, ledger, names
 from retrain_contract.ledger import LEDGER_SHARDS, Partitions
 from tests.unit.functions.support import function_environment, make_config, object_created, sqs_event
 
@@ -181,6 +182,50 @@ def test_a_failed_write_fails_only_that_message(aws, config, events_dir):
     # THEN only that message is reported for retry, and the other is recorded
     assert response == {"batchItemFailures": [{"itemIdentifier": "m-0"}]}
     assert [row["key"] for row in _rows(aws, "flowers")] == ["data/flowers/daisy/ok.jpg"]
+
+
+def _throttle(client, *, when, times):
+    """`client`'s requests whose body holds `when` answered as DynamoDB answers a hot partition (HTTP 400,
+    ProvisionedThroughputExceededException), unapplied, the first `times` times; every other request
+    goes to moto. The answers given, in a list. Hooked where botocore sends, so its retries see them."""
+    from botocore.awsrequest import AWSResponse
+    from moto.core.botocore_stubber import MockRawResponse
+    from moto.core.models import botocore_stubber
+
+    given = []
+
+    def send(event_name, request, **kwargs):
+        if when.encode() not in request.body or len(given) >= times:
+            return botocore_stubber(event_name=event_name, request=request, **kwargs)
+        given.append("ProvisionedThroughputExceededException")
+        body = json.dumps({"__type": f"com.amazonaws.dynamodb.v20120810#{given[-1]}", "message": "throttled"})
+        return AWSResponse(
+            request.url, 400, {"Content-Type": "application/x-amz-json-1.0"}, MockRawResponse(body)
+        )
+
+    client.meta.events.unregister("before-send", botocore_stubber)
+    client.meta.events.register("before-send", send)
+    return given
+
+
+def test_a_throttled_row_write_fails_its_message_and_its_redelivery_records_it(aws, config, events_dir):
+    # GIVEN the ledger writer (its retries as on AWS) throttled at both of its attempts to put a.jpg's row,
+    # after a.jpg's bytes were claimed
+    writer = boto3.client("dynamodb", region_name="us-east-1", config=clients.LEDGER_WRITES)
+    throttled = _throttle(writer, when="daisy/a.jpg", times=2)
+    bodies = [object_created(events_dir, f"data/flowers/daisy/{name}.jpg") for name in ("a", "b", "c")]
+    # WHEN a batch of three uploads is ingested, then the message it reports failed delivered again
+    first = _ingest(aws, config, bodies, writer=writer)
+    recorded_first = sorted(row["key"] for row in _rows(aws, "flowers"))
+    second = _ingest(aws, config, [bodies[0]], writer=writer)
+    # THEN only a.jpg's message failed, with no row (SQS retries it: nothing is dropped); its redelivery
+    # records it as accepted, not as a duplicate of its own claim
+    assert throttled == ["ProvisionedThroughputExceededException"] * 2
+    assert first == {"batchItemFailures": [{"itemIdentifier": "m-0"}]}
+    assert recorded_first == ["data/flowers/daisy/b.jpg", "data/flowers/daisy/c.jpg"]
+    assert second == {"batchItemFailures": []}
+    rows = {row["key"]: row["state"] for row in _rows(aws, "flowers")}
+    assert rows == {f"data/flowers/daisy/{name}.jpg": names.STATE_ACCEPTED for name in ("a", "b", "c")}
 
 
 def test_one_thousand_duplicate_deliveries_make_one_row_and_one_run(aws, config, events_dir):
