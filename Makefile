@@ -26,9 +26,9 @@ setup: $(STAMP)
 
 # pip installs uv, uv the rest from pip's configured indexes (retrain/dev/uv_install.py): pip took 70 s of a
 # fresh clone's setup on one core, uv 5-19 s. uv compiles the bytecode at install, as pip does by default
-# (and the training image's pip install): where PYTHONDONTWRITEBYTECODE is set (this machine, the image's
-# ENV) no process writes it, and each of the suite's jobs and workers compiled all it imported again:
-# `import torch` 7.0 s of CPU, 3.1 s compiled; test_training_resume.py 481 core-s, 220 (BENCHMARKS.md).
+# (and the training image's pip install): where PYTHONDONTWRITEBYTECODE is set (this project's development
+# machines, the image's ENV) no process writes it, and each of the suite's jobs and workers compiled all it
+# imported again: `import torch` 7.0 s of CPU, 3.1 s compiled; test_training_resume.py 481 core-s, 220.
 UV := $(shell sed -n 's/^uv==//p' constraints.txt)
 $(STAMP): $(REQS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
