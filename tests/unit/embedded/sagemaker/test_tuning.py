@@ -330,8 +330,19 @@ def test_stopping_a_tuning_job_stops_its_running_trials(
     job = wait_tuning(emulator, "halt")
 
     # THEN it and its trials end Stopped and no further trial starts
+    trials = emulator.list_training_jobs_for_hyper_parameter_tuning_job(HyperParameterTuningJobName="halt")[
+        "TrainingJobSummaries"
+    ]
+    ended = [
+        {
+            k: v
+            for k, v in emulator.describe_training_job(TrainingJobName=t["TrainingJobName"]).items()
+            if k in ("TrainingJobStatus", "SecondaryStatusTransitions", "FailureReason")
+        }
+        for t in trials
+    ]
     assert job["HyperParameterTuningJobStatus"] == "Stopped"
-    assert job["TrainingJobStatusCounters"]["Stopped"] == 2
+    assert job["TrainingJobStatusCounters"]["Stopped"] == 2, ended
     assert sum(job["TrainingJobStatusCounters"].values()) == 2
 
 
