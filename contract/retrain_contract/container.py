@@ -235,6 +235,7 @@ HP_INJECT_LOADER_DELAY_MS = "inject-loader-delay-ms"
 HP_INJECT_FAULT = "inject-fault"
 HP_PREFETCH_BATCHES = "prefetch-batches"
 HP_AMP_DTYPE = "amp-dtype"
+HP_AMP_ON_CPU = "amp-on-cpu"
 HP_CHANNELS_LAST = "channels-last"
 HP_DALI_FEED_PROCESSES = "dali-feed-processes"
 HP_COMPILE = "compile"
@@ -305,6 +306,12 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
     Hyperparameter(HP_AMP, bool, True, "mixed precision (GPU only)"),
     Hyperparameter(
         HP_AMP_DTYPE, str, "float16", "mixed precision's type: bfloat16 needs no loss scaler", AMP_DTYPES
+    ),
+    Hyperparameter(
+        HP_AMP_ON_CPU,
+        bool,
+        False,
+        "mixed precision on a CPU too (float16 with its loss scaler as on a GPU, ~7x slower there)",
     ),
     Hyperparameter(
         HP_CHANNELS_LAST, bool, False, "model and batches in channels-last memory, cuDNN autotuning (GPU)"

@@ -13,10 +13,12 @@ import json
 import logging
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from retrain_contract import container as contract
@@ -51,16 +53,39 @@ COLLECTION_LOSSES = "losses"
 COLLECTION_GRADIENTS = "gradients"
 COLLECTION_WEIGHTS = "weights"
 COLLECTIONS = (COLLECTION_LOSSES, COLLECTION_GRADIENTS, COLLECTION_WEIGHTS)
+# float16 training's loss scale at the steps that save gradients: those are the scaled loss's gradients,
+# and the VanishingGradient rule divides them by it (rules.tensors.LOSS_SCALE reads this name).
+COLLECTION_LOSS_SCALE = "loss_scale"
+# The fewest saves a job gets whatever its length: of gradients and weights, so VanishingGradient judges
+# more than the first step and LossNotDecreasing can see whether the weights moved; of training losses, so
+# LossNotDecreasing has its MIN_LOSSES (6) and a window of 3 at the end. A job of 30 steps saves its
+# gradients every 6 steps, not only at step 0 of 50.
+MIN_TENSOR_SAVES = 5
+MIN_LOSS_SAVES = 8
+
+
+def save_intervals(requested: int, total_steps: int) -> tuple[int, int]:
+    """The steps between saves of (gradients and weights, training losses): `requested` (debug-interval)
+    and DEBUG_LOSS_INTERVAL at most, shorter for a job of `total_steps` too short for the fewest saves
+    above (0: unknown, as requested)."""
+    losses = min(requested, contract.DEBUG_LOSS_INTERVAL)
+    if total_steps <= 0:
+        return requested, losses
+    return (
+        max(1, min(requested, total_steps // MIN_TENSOR_SAVES)),
+        max(1, min(losses, total_steps // MIN_LOSS_SAVES)),
+    )
 
 
 def hook_config_path(paths: contract.Paths) -> Path:
     return paths.base / "input" / "config" / DEBUG_HOOK_CONFIG_FILE
 
 
-def build_hook(out_dir: Path, interval: int) -> Hook:
-    """A hook saving losses every `interval` training steps (at most DEBUG_LOSS_INTERVAL) and every
+def build_hook(out_dir: Path, interval: int, total_steps: int = 0) -> Hook:
+    """A hook saving training losses every `interval` steps (at most DEBUG_LOSS_INTERVAL) and every
     evaluation step (validation batches are few and the Overfit rule needs them all), and gradient and
-    weight summaries every `interval` training steps."""
+    weight summaries every `interval` training steps; both more often in a job of `total_steps` too short
+    for the fewest saves (save_intervals)."""
     if interval < 1:
         raise ValueError(f"debug-interval must be a positive number of steps, got {interval}")
     from smdebug import modes
@@ -68,9 +93,10 @@ def build_hook(out_dir: Path, interval: int) -> Hook:
     from smdebug.core.save_config import SaveConfig, SaveConfigMode
     from smdebug.pytorch import Hook as SmdebugHook
 
+    tensor_interval, loss_interval = save_intervals(interval, total_steps)
     hook = SmdebugHook(
         out_dir=str(out_dir),
-        save_config=SaveConfig(save_interval=interval),
+        save_config=SaveConfig(save_interval=tensor_interval),
         include_collections=list(COLLECTIONS),
     )
     gradients = hook.get_collection(COLLECTION_GRADIENTS)
@@ -82,9 +108,12 @@ def build_hook(out_dir: Path, interval: int) -> Hook:
     losses = hook.get_collection(COLLECTION_LOSSES)
     losses.reduction_config = ReductionConfig(save_raw_tensor=True)
     losses.save_config = {
-        modes.TRAIN: SaveConfigMode(save_interval=min(interval, contract.DEBUG_LOSS_INTERVAL)),
+        modes.TRAIN: SaveConfigMode(save_interval=loss_interval),
         modes.EVAL: SaveConfigMode(save_interval=1),
     }
+    scale = hook.get_collection(COLLECTION_LOSS_SCALE)
+    scale.add_tensor_name(COLLECTION_LOSS_SCALE)
+    scale.reduction_config = ReductionConfig(save_raw_tensor=True)
     return hook
 
 
@@ -147,9 +176,11 @@ def attach(
     args: argparse.Namespace,
     paths: contract.Paths,
     start: Position | None = None,
+    total_steps: int = 0,
 ) -> Hook | None:
     """Register a hook on the model and the loss, starting at `start` (a resumed job's position) in
-    whatever an earlier run left in its directory; None when the debug-hook hyperparameter is off."""
+    whatever an earlier run left in its directory, for a job of `total_steps` training steps (0: not
+    known); None when the debug-hook hyperparameter is off."""
     if not contract.parse_bool(getattr(args, "debug_hook", True)):
         return None
     start = start or Position()
@@ -160,7 +191,8 @@ def attach(
 
         hook = SmdebugHook.create_from_json_file(str(config))
     else:
-        hook = build_hook(paths.tensors_dir, int(getattr(args, "debug_interval", DEFAULT_INTERVAL)))
+        interval = int(getattr(args, "debug_interval", DEFAULT_INTERVAL))
+        hook = build_hook(paths.tensors_dir, interval, total_steps)
         watch_weight_tensors(hook, model)
     register_lean(hook, model)
     hook.register_loss(loss_fn)
@@ -195,6 +227,27 @@ def register_lean(hook: Hook, model: torch.nn.Module) -> None:
     hook._backward_apply(model)
     hook.has_registered_module = True
     hook.count_parameters(model)
+
+
+def loss_scale_recorder(hook: Hook | None, scaler: torch.amp.GradScaler) -> Callable[[], None] | None:
+    """A call for each training step between its forward and its backward that saves the loss scale
+    where the hook saves this step's gradients (a host read of the scale every debug-interval steps, as
+    the gradients' own); None when there is nothing to record: no hook, no loss scaler (float32,
+    bfloat16), or a hook of managed Debugger's DebugHookConfig, whose rules are AWS's."""
+    if hook is None or not scaler.is_enabled():
+        return None
+    if COLLECTION_LOSS_SCALE not in hook.collection_manager.get_collections():
+        return None
+    from smdebug import modes
+
+    gradients = hook.get_collection(COLLECTION_GRADIENTS)
+
+    def record() -> None:
+        if gradients.save_config.should_save_step(modes.TRAIN, hook.mode_steps[modes.TRAIN]):
+            scale = np.array([scaler.get_scale()], dtype=np.float64)
+            hook.save_tensor(COLLECTION_LOSS_SCALE, scale, collections_to_write=COLLECTION_LOSS_SCALE)
+
+    return record
 
 
 def train_mode(hook: Hook | None) -> None:

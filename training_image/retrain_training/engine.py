@@ -54,7 +54,7 @@ def emit(name: str, value: float, *, epoch: int, step: int, context: distributed
         print(contract.format_metric(name, value, epoch=epoch, step=step), flush=True)
 
 
-def train_one_epoch(
+def train_one_epoch(  # noqa: PLR0913  # keyword-only, each a part of the step
     *,
     model: nn.Module,
     loss_fn: nn.Module,
@@ -63,10 +63,12 @@ def train_one_epoch(
     progress: Progress,
     context: distributed.Context,
     frozen_statistics: bool = False,
+    before_backward: Callable[[], None] | None = None,
     after_step: Callable[[Progress, float, float], None] | None = None,
 ) -> EpochResult:
-    """Train the rest of `progress.epoch`; `after_step(progress, data_wait_s, compute_s)` follows every
-    step (it may checkpoint, or raise checkpoints.Interrupted to stop)."""
+    """Train the rest of `progress.epoch`; `before_backward()` runs between each step's forward and its
+    backward (the Debugger hook records the loss scale), `after_step(progress, data_wait_s, compute_s)`
+    follows every step (it may checkpoint, or raise checkpoints.Interrupted to stop)."""
     models.train_mode(model, frozen_statistics=frozen_statistics)
     device = context.device
     optimizer, scaler = optimization.optimizer, optimization.scaler
@@ -86,6 +88,8 @@ def train_one_epoch(
             device_type=device.type, dtype=optimization.amp_dtype, enabled=optimization.use_amp
         ):
             loss = loss_fn(model(images), labels)
+        if before_backward is not None:
+            before_backward()
         optimizer.zero_grad(set_to_none=True)
         scaler.scale(loss).backward()
         scaler.step(optimizer)

@@ -119,10 +119,11 @@ def build_optimizer(args: argparse.Namespace, model: nn.Module) -> torch.optim.O
 def build_optimization(
     args: argparse.Namespace, model: nn.Module, *, steps_per_epoch: int
 ) -> engine.Optimization:
-    """The optimizer, a cosine schedule over the whole job, mixed precision (on CUDA only; float16 with a
-    loss scaler, bfloat16 without one: its range is float32's) and the batches' memory format."""
+    """The optimizer, a cosine schedule over the whole job, mixed precision (on CUDA, and on a CPU with
+    amp-on-cpu; float16 with a loss scaler, bfloat16 without one: its range is float32's) and the
+    batches' memory format."""
     device = next(model.parameters()).device
-    use_amp = args.amp and device.type == "cuda"
+    use_amp = args.amp and (device.type == "cuda" or args.amp_on_cpu)
     amp_dtype = getattr(torch, args.amp_dtype)
     optimizer = build_optimizer(args, model)
     return engine.Optimization(
@@ -607,6 +608,7 @@ class EpochLoop:
             progress=progress,
             context=job.context,
             frozen_statistics=freeze or job.args.batchnorm == contract.BATCHNORM_FROZEN,
+            before_backward=debugger.loss_scale_recorder(self.hook, job.optimization.scaler),
             after_step=self.after_step,
         )
         debugger.eval_mode(self.hook)
@@ -659,7 +661,8 @@ def _train(
     progress = resumed or engine.Progress()
     # The hook counts validation batches as steps too: one pass of val_loader per finished epoch.
     start = debugger.Position(progress.step, progress.epoch * len(job.val_loader))
-    hook = debugger.attach(job.model, job.loss_fn, args, paths, start) if context.is_main else None
+    steps = args.epochs * len(job.train_loader)
+    hook = debugger.attach(job.model, job.loss_fn, args, paths, start, steps) if context.is_main else None
     loop = EpochLoop(
         job, progress, resumed=resumed is not None, interruption=interruption, hook=hook, clock=clock
     )

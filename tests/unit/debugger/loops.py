@@ -64,6 +64,7 @@ def train_with_hook(base: Path, loop: Loop = HEALTHY) -> contract.Paths:
     vx, vy = separable_data(64, seed=3)
     optimizer = torch.optim.SGD(model.parameters(), lr=loop.lr)
     scaler = None if loop.grad_scale is None else torch.amp.GradScaler("cpu", init_scale=loop.grad_scale)
+    record = None if scaler is None else debugger.loss_scale_recorder(hook, scaler)
     batch = 16
     for step in range(loop.steps):
         debugger.train_mode(hook)
@@ -74,6 +75,8 @@ def train_with_hook(base: Path, loop: Loop = HEALTHY) -> contract.Paths:
             loss.backward()
             optimizer.step()
         else:  # mixed precision's loss scaling: overflowing steps are skipped and the scale lowered
+            if record is not None:
+                record()
             scaler.scale(loss).backward()
             scaler.step(optimizer)
             scaler.update()
