@@ -21,13 +21,24 @@ NO_ISSUES: Final = "NoIssuesFound"
 ISSUES: Final = "IssuesFound"
 ERROR: Final = "Error"
 STOPPED: Final = "Stopped"
-NO_VERDICT: Final = (ERROR, STOPPED)
+NO_VERDICT: Final = (ERROR, STOPPED)  # the check itself failed: a blocking rule's counts as a finding
+# Open mode's two verdicts besides Debugger's (the managed rules never give them). Neither blocks a model,
+# whatever BlockingRules says; the gate's reason, the notification and the report name them.
+INSUFFICIENT_DATA: Final = "InsufficientData"  # the job saved too few data points for the rule to judge
+SUSPECTED: Final = "IssuesSuspected"  # what a fault shows, but a good run can show it too: a warning
+WARN_ONLY: Final = (INSUFFICIENT_DATA, SUSPECTED)
 
 # What the gate does with a rule's finding: reject the model, or register it and say what was found.
 BLOCK: Final = "block"
 WARN: Final = "warn"
 
 BLOCKING_RULES_PARAMETER: Final = "BlockingRules"
+
+# DebuggerMode=managed runs AWS's own rules. These two warn there whatever BlockingRules says: AWS's
+# VanishingGradient compares |g| with 1e-7 at any one step, which converged fine-tunes fall below and which
+# sees the loss-scaled gradients of float16 training; AWS's LossNotDecreasing compares each window of steps
+# with the one before, which a plateau fails by design (BENCHMARKS.md, "The rules by rates").
+MANAGED_WARN_ONLY: Final = ("VanishingGradient", "LossNotDecreasing")
 
 # What a person can do about each rule's finding (the notification and the report print it).
 ADVICE: Final[dict[str, str]] = {
@@ -42,8 +53,10 @@ ADVICE: Final[dict[str, str]] = {
         "use adamw, or check the images for corrupt values"
     ),
     "LossNotDecreasing": (
-        "the training loss did not fall below where it started: the learning rate may be zero or far too "
-        "small (LearningRateMin), the labels may not match the images, or the layers may all be frozen"
+        "the training loss did not fall below where it started: when no weight moved, the learning rate "
+        "is zero or every layer is frozen; when it rose, lower the learning rate (LearningRateMax) or use "
+        "adamw; when it stayed flat while the weights moved, the model may fit its images already (nothing "
+        "wrong), the learning rate may be too small (LearningRateMin), or the labels may not match the images"
     ),
     "Overfit": (
         "the validation loss rose above its best while the training loss stayed below it: the model is "
@@ -83,6 +96,9 @@ def parse_rule_list(text: str, *, source: str = BLOCKING_RULES_PARAMETER) -> tup
     return tuple(name for name in RULE_NAMES if name in given)
 
 
-def action(rule: str, blocking: Iterable[str]) -> str:
-    """BLOCK when `rule` is one of `blocking`, else WARN."""
+def action(rule: str, blocking: Iterable[str], *, status: str = "", managed: bool = False) -> str:
+    """BLOCK when `rule` is one of `blocking`, else WARN; always WARN for a verdict that cannot block
+    (WARN_ONLY) and, under managed Debugger, for MANAGED_WARN_ONLY's rules."""
+    if status in WARN_ONLY or (managed and rule in MANAGED_WARN_ONLY):
+        return WARN
     return BLOCK if rule in set(blocking) else WARN

@@ -33,6 +33,8 @@ from retrain_training.rules.tensors import (
 NO_ISSUES = contract_rules.NO_ISSUES
 ISSUES = contract_rules.ISSUES
 ERROR = contract_rules.ERROR
+INSUFFICIENT_DATA = contract_rules.INSUFFICIENT_DATA
+SUSPECTED = contract_rules.SUSPECTED
 RULE_NAMES = contract_rules.RULE_NAMES
 if (*TENSOR_RULES, *SYSTEM_RULES) != RULE_NAMES:
     raise ImportError(
@@ -53,7 +55,8 @@ class RuleResult:
         return asdict(self)
 
 
-def _run(rule: DetailedRule, points: list[int], name: str) -> RuleResult:
+def judge(rule: DetailedRule, points: list[int], name: str) -> RuleResult:
+    """`rule` invoked at each of `points` in order: its verdict, the first issue found ending it."""
     from smdebug.exceptions import (
         RuleEvaluationConditionMet,
         StepUnavailable,
@@ -68,9 +71,12 @@ def _run(rule: DetailedRule, points: list[int], name: str) -> RuleResult:
             continue
         except RuleEvaluationConditionMet as met:
             return RuleResult(name, ISSUES, int(met.step), rule.detail)
-    if rule.checked == 0:
-        return RuleResult(name, NO_ISSUES, None, "not enough data points to evaluate; nothing found")
-    return RuleResult(name, NO_ISSUES, None, f"{rule.checked} data points checked")
+    if rule.suspected:
+        return RuleResult(name, SUSPECTED, rule.suspected_step, rule.suspected)
+    missing = rule.missing_verdict()
+    if missing:
+        return RuleResult(name, INSUFFICIENT_DATA, None, missing)
+    return RuleResult(name, NO_ISSUES, None, rule.detail or f"{rule.checked} data points checked")
 
 
 def _has_tensors(tensors_dir: Path) -> bool:
@@ -95,6 +101,8 @@ def with_facts(
     merged = {name: dict(values) for name, values in parameters.items()}
     if facts.get("validation_images"):
         merged.setdefault("Overfit", {}).setdefault("validation_images", int(facts["validation_images"]))
+    if facts.get("labels"):
+        merged.setdefault("LossNotDecreasing", {}).setdefault("labels", int(facts["labels"]))
     return merged
 
 
@@ -130,7 +138,7 @@ def evaluate_tensor_rules(
             continue
         try:
             rule = TENSOR_RULES[name](trial, **dict(parameters.get(name, {})))
-            results.append(_run(rule, steps, name))
+            results.append(judge(rule, steps, name))
         except Exception as error:  # one rule's failure must not hide the others' results
             results.append(RuleResult(name, ERROR, None, f"{type(error).__name__}: {error}"))
     return results
@@ -149,7 +157,7 @@ def evaluate_system_rules(
     for name in names:
         try:
             rule: SystemRule = SYSTEM_RULES[name](profile, **dict(parameters.get(name, {})))
-            results.append(_run(rule, list(rule.datapoints()), name))
+            results.append(judge(rule, list(rule.datapoints()), name))
         except Exception as error:
             results.append(RuleResult(name, ERROR, None, f"{type(error).__name__}: {error}"))
     return results
@@ -181,9 +189,11 @@ def evaluate(
 
 __all__ = [
     "ERROR",
+    "INSUFFICIENT_DATA",
     "ISSUES",
     "NO_ISSUES",
     "RULE_NAMES",
+    "SUSPECTED",
     "CPUBottleneck",
     "ExplodingTensor",
     "IOBottleneck",
@@ -194,4 +204,5 @@ __all__ = [
     "StepOutlier",
     "VanishingGradient",
     "evaluate",
+    "judge",
 ]

@@ -85,6 +85,15 @@ class _ShareRule(SystemRule):
     def is_bottleneck(self, index: int) -> tuple[bool, str]:
         raise NotImplementedError
 
+    def missing_verdict(self) -> str:
+        if self.checked >= self.patience:
+            return ""
+        points = "samples" if self.uses_samples else "steps"
+        return (
+            f"{self.checked} {points}, and the rule concludes after {self.patience} (its patience: the "
+            "stack's SystemRulePatience)"
+        )
+
     def invoke_at_step(self, step: int) -> bool:
         hit, why = self.is_bottleneck(step)
         self.checked += 1
@@ -202,6 +211,18 @@ class LowGPUUtilization(SystemRule):
         self.patience = int(patience)
         self._history: dict[int, list[float]] = {}
 
+    def missing_verdict(self) -> str:
+        if not self._history:
+            self.detail = "no GPU in the profile: nothing to check"
+            return ""
+        fewest = min(len(history) for history in self._history.values())
+        if fewest >= self.patience:
+            return ""
+        return (
+            f"{fewest} GPU samples, and the rule concludes after {self.patience} (its patience: the stack's "
+            "SystemRulePatience)"
+        )
+
     def invoke_at_step(self, step: int) -> bool:
         for gpu in self.profile.system[step].get("gpus") or []:
             history = self._history.setdefault(int(gpu["index"]), [])
@@ -247,6 +268,10 @@ class StepOutlier(SystemRule):
         self.durations = durations
         self.limit = float(durations.mean() + self.stddev * durations.std()) if len(durations) else 0.0
         self.outliers = 0
+
+    def missing_verdict(self) -> str:
+        timed = len(self.durations)
+        return "" if timed >= 2 else f"{timed} steps timed; outliers need 2 or more"
 
     def invoke_at_step(self, step: int) -> bool:
         self.checked += 1

@@ -20,10 +20,20 @@ from smdebug.rules.rule import Rule
 
 LOSSES = "losses"
 GRADIENTS = "gradients"
+WEIGHTS = "weights"
+LOSS_SCALE = "loss_scale"  # float16 training's loss scale where gradients were saved (debugger.py)
 # Overfit: how far (nats) a validation pass must be above the best one before it counts.
 MIN_DELTA = 0.05
-# LossNotDecreasing: the saved losses each window needs before its noise is measured.
-NOISE_SAMPLES = 3
+# LossNotDecreasing: the fewest saved training losses it judges a trend from (5 successive differences
+# for the batch noise), the losses its end level is the mean of at least, how many standard errors a
+# fall must exceed to count (about 1% one-sided for a normal difference) and a rise to be a divergence.
+MIN_LOSSES = 6
+END_LOSSES = 3
+FALL_Z = 2.5
+RISE_Z = 4.0
+# A loss that starts below this share of chance, ln(labels), is a model that fits its images already (a
+# fresh head starts at chance): flat from there, nothing was left to decrease.
+FITTED_SHARE_OF_CHANCE = 0.5
 
 # Summaries the hook may have saved (debugger.py saves abs mean and L2 norm); raw values win if saved.
 _SUMMARIES = (("max", False), ("min", False), ("mean", False), ("mean", True), ("l2", False))
@@ -32,10 +42,18 @@ _SUMMARIES = (("max", False), ("min", False), ("mean", False), ("mean", True), (
 class DetailedRule(Rule):
     """A Rule that says why it fired: `detail` holds the numbers behind the last decision."""
 
+    # What the rule saw when it suspects an issue it cannot tell from a good run (a warning, never a block).
+    suspected = ""
+    suspected_step: int | None = None
+
     def __init__(self, base_trial: Any, other_trials: Any = None) -> None:
         super().__init__(base_trial, action_str="", other_trials=other_trials)
         self.detail = ""
         self.checked = 0  # data points the rule actually evaluated
+
+    def missing_verdict(self) -> str:
+        """Why the rule could not judge the job (too few data points); "" when it judged."""
+        return "" if self.checked else "the job saved too few data points for this rule to judge"
 
     def _tensor_names(self, collection_names: Iterable[str] = (), regex: str | None = None) -> list[str]:
         names: set[str] = set()
@@ -82,10 +100,14 @@ class VanishingGradient(DetailedRule):
     a network converges: a fine-tuned model at a loss of 1e-5 has first-block gradients near 1e-8 and
     nothing left to learn, and the managed rule rejects it. Per unit of error a converged layer keeps the
     size it had at the first step, while a layer cut off from the signal has |g| ~1e-15 at a loss of
-    ln(classes) (BENCHMARKS.md, "Rules against real runs and planted faults"). A frozen layer
-    (freeze-backbone-epochs) has no gradient and is not judged; a slowed one (backbone-lr-factor) is
-    given the same gradient as at the full rate, only a smaller step. Without saved losses the rule
-    judges |g| alone, as the managed one.
+    ln(classes) (BENCHMARKS.md, "The rules by rates"). A frozen layer (freeze-backbone-epochs) has no
+    gradient and is not judged; a slowed one (backbone-lr-factor) is given the same gradient as at the
+    full rate, only a smaller step. Without saved losses the rule judges |g| alone, as the managed one.
+
+    float16 training saves the gradients of the scaled loss (GradScaler's scale, 65,536 at first): they
+    are divided by the scale the hook saved beside them (`loss_scale`), so the threshold means the same
+    with mixed precision as without. A step whose scaled gradients overflowed is skipped, as the
+    optimizer skipped it.
     """
 
     def __init__(self, base_trial: Any, threshold: float = 0.0000001, patience: int = 2) -> None:
@@ -95,6 +117,7 @@ class VanishingGradient(DetailedRule):
         if self.patience < 1:
             raise ValueError(f"VanishingGradient patience must be at least 1, got {patience}")
         self._losses = _train_losses(base_trial)
+        self._scales = _loss_scales(base_trial)
         self._below: dict[str, list[int]] = {}  # per gradient: the steps of its current run below
 
     def _loss_at(self, step: int) -> float | None:
@@ -106,15 +129,20 @@ class VanishingGradient(DetailedRule):
         loss = self._loss_at(step) if self._losses else math.inf
         if loss is None or math.isnan(loss) or loss <= 0:
             return False  # nothing left to learn (0), or ExplodingTensor's case (NaN)
+        scale = self._scales.get(step, 1.0)
+        if not math.isfinite(scale) or scale <= 0:
+            return False
         error = -math.expm1(-loss)  # 1 - exp(-loss): the error a cross-entropy gradient is made of
         for name in self._tensor_names([GRADIENTS]):
             tensor = self.base_trial.tensor(name)
             if step not in tensor.steps():
                 continue
             try:
-                abs_mean = float(tensor.reduction_value(step, "mean", abs=True))
+                abs_mean = float(tensor.reduction_value(step, "mean", abs=True)) / scale
             except TensorUnavailableForStep:
-                abs_mean = float(np.mean(np.abs(tensor.value(step))))
+                abs_mean = float(np.mean(np.abs(tensor.value(step)))) / scale
+            if not math.isfinite(abs_mean):
+                continue  # the scaled gradients overflowed: the optimizer skipped this step
             self.checked += 1
             below = self._below.setdefault(name, [])
             if not abs_mean / error < self.threshold:
@@ -124,9 +152,9 @@ class VanishingGradient(DetailedRule):
             if len(below) >= min(self.patience, len(tensor.steps())):
                 measure = (
                     f"mean |gradient| per unit of error {abs_mean / error:.3g} (|g| {abs_mean:.3g} at "
-                    f"training loss {loss:.3g})"
+                    f"training loss {loss:.3g}{_unscaled(scale)})"
                     if self._losses
-                    else f"mean |gradient| {abs_mean:.3g} (no training loss saved)"
+                    else f"mean |gradient| {abs_mean:.3g} (no training loss saved{_unscaled(scale)})"
                 )
                 self.detail = (
                     f"{name}: {measure} < threshold {self.threshold:g} at {len(below)} saved step(s) in a "
@@ -134,6 +162,20 @@ class VanishingGradient(DetailedRule):
                 )
                 return True
         return False
+
+
+def _unscaled(scale: float) -> str:
+    return f", divided by the loss scale {scale:g}" if scale != 1.0 else ""
+
+
+def _loss_scales(trial: Any) -> dict[int, float]:
+    """The loss scale saved at each step (float16 training), by global step; empty without one."""
+    scales: dict[int, float] = {}
+    for name in trial.tensor_names(collection=LOSS_SCALE):
+        tensor = trial.tensor(name)
+        for step in tensor.steps():
+            scales[step] = float(np.ravel(tensor.value(step))[0])
+    return scales
 
 
 def _train_losses(trial: Any) -> list[tuple[int, float]]:
@@ -216,36 +258,50 @@ def _loss_names(rule: DetailedRule, regex: str | list[str] | None, use_losses_co
     return names
 
 
-class LossNotDecreasing(DetailedRule):
-    """Fires when the training loss at the end of the job is not below where it started by more than
-    `diff_percent` and by more than twice the standard error of the difference of the windows' means
-    (each needs 3 saved losses or more: with fewer, no verdict); and is not below `converged_loss`
-    either. It compares the mean loss of the last `num_steps` steps with that of the first `num_steps`
-    (a third of the job each, for jobs shorter than 150 steps).
+def _log(loss: float) -> float:
+    return math.log(max(loss, 1e-12))
 
-    Managed defaults: use_losses_collection true, num_steps 10, diff_percent 0, each window against the
-    one before it. Judged here after the job, not while it runs, so the whole job is one comparison:
-      - windows of single batches saved every 5 steps (DEBUG_LOSS_INTERVAL) move by a few percent on
-        their own, so window against window fired on a fine-tuned run's noise (0.97, 0.77, 0.75 then
-        0.58, 1.11), on slow learners (-8% in one window of a run that fell 20% over the job) and, at a
-        plateau, on every converged run (the managed rule does that by design, to stop a finished job);
-      - by that same noise a learning rate of 0 passed whenever the later batches happened to be easier
-        (2.50 then 2.47, BENCHMARKS.md, "Rules against real runs and planted faults"): a decrease must
-        also exceed the windows' own noise. A job too short for 3 saved losses a window gets no verdict
-        rather than a batch's luck for one (6 steps of 40 images: 0.75 then 1.32; 25 steps: 2.29 then
-        2.10);
-      - converged_loss (0.05 nats, p(label) ~0.95) has no managed counterpart: a job that starts from a
-        model that already fits its images (a champion retrained with a few new ones) has nothing left
-        to decrease, and its flat loss is not a fault;
-      - a job of 100 steps (MinTrainingSteps' default) never completed a second window of 50, so a loss
-        that did not move at all was never judged: windows are at most a third of the job.
-    Zero or dead learning, a loss that climbs back above its start, or one that explodes still fire.
-    `mode` defaults to TRAIN rather than the managed rule's EVAL-first order: the hook saves every
-    validation batch as its own EVAL step, and the validation curve is the Overfit rule's. Non-finite
-    losses are ExplodingTensor's, not this rule's.
+
+def batch_noise(values: list[float]) -> float:
+    """The standard deviation of a loss series' batch-to-batch noise, from its successive differences
+    (median absolute deviation, scaled to a normal's standard deviation, over sqrt 2: a difference carries
+    two batches' noise). A trend moves every difference alike and a fast early drop only a few, so
+    neither counts as noise, as it did in the spread of a window that holds the drop."""
+    differences = np.diff(np.asarray(values, dtype=np.float64))
+    if differences.size == 0:
+        return 0.0
+    deviation = float(np.median(np.abs(differences - np.median(differences))))
+    return 1.4826 * deviation / math.sqrt(2)
+
+
+class LossNotDecreasing(DetailedRule):
+    """Whether the training loss fell over the job, judged once after it from the saved losses and
+    weights, with three outcomes:
+
+    - no issue: the loss ended (the mean of the last `num_steps` steps, a third of a shorter job, at least
+      3 saved losses) below the first saved loss, the loss before any update, by more than FALL_Z
+      standard errors of the batch noise (`batch_noise`) and by `diff_percent`; or below
+      `converged_loss` (0.05 nats, p(label) ~0.95);
+    - IssuesFound, which blocks by default, where the evidence tells a fault from a good run: no weight
+      moved between the first and the last saved step (a learning rate of 0, every layer frozen), or the
+      loss ended above both its start and chance, ln(`labels`) from the job's facts, by RISE_Z standard
+      errors on a log scale (a diverging run, the loss finite: SGD at lr 1e4 ends near 1e7);
+    - no issue either when it did not fall from a start below half of chance: a model that fits its
+      images already (a champion fine-tuned on a few new ones, some of them labelled wrong) has nothing
+      left to decrease, and the gate holds the new model to the champion;
+    - IssuesSuspected, a warning, where the evidence does not tell: the loss did not fall from near
+      chance, the weights moved and it did not rise. A learning rate too small to matter looks like that,
+      and so do labels that do not match the images; the gate's floor (better than guessing) judges
+      those models.
+
+    With fewer than MIN_LOSSES saved losses the loss is not judged (InsufficientData); unmoved weights
+    still are. Managed defaults: use_losses_collection true, num_steps 10, diff_percent 0, each window
+    against the one before it while the job runs: that fires at every plateau, by design, to stop a
+    finished job, and on batch noise (BENCHMARKS.md, "The rules by rates"). `mode` defaults to TRAIN:
+    the validation curve is the Overfit rule's. Non-finite losses are ExplodingTensor's.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  # the managed rule's keyword parameters, and the facts' labels
         self,
         base_trial: Any,
         *,
@@ -255,6 +311,7 @@ class LossNotDecreasing(DetailedRule):
         num_steps: int = 50,
         diff_percent: float = 0.0,
         converged_loss: float = 0.05,
+        labels: int = 0,
         mode: str | None = None,
     ) -> None:
         super().__init__(base_trial)
@@ -265,6 +322,7 @@ class LossNotDecreasing(DetailedRule):
         self.num_steps = int(num_steps)
         self.diff_percent = float(diff_percent)
         self.converged_loss = float(converged_loss)
+        self.labels = int(labels)
         self.mode = getattr(modes, (mode or "TRAIN").upper())
         saved = [
             base_trial.mode_step(s)
@@ -274,6 +332,10 @@ class LossNotDecreasing(DetailedRule):
         self._first, self._end = min(saved, default=0), max(saved, default=0)
         self.window = max(1, min(self.num_steps, (self._end - self._first) // 3))
         self._losses: dict[str, list[tuple[int, float]]] = {}
+        self._insufficient = ""
+
+    def missing_verdict(self) -> str:
+        return "" if self.checked else self._insufficient or super().missing_verdict()
 
     def invoke_at_step(self, step: int) -> bool:
         if self.base_trial.mode(step) != self.mode:
@@ -285,30 +347,100 @@ class LossNotDecreasing(DetailedRule):
             loss = float(np.mean(self.base_trial.tensor(name).value(step)))
             if math.isfinite(loss):
                 self._losses.setdefault(name, []).append((mode_step, loss))
-        if mode_step != self._end or self._end - self._first < 2 * self.window:
+        if mode_step != self._end:
             return False
+        unmoved = self._unmoved_weights()
+        if unmoved:
+            self.checked += 1
+            self.detail = unmoved
+            return True
         return any(self._judge(name, losses) for name, losses in self._losses.items())
 
-    def _judge(self, name: str, losses: list[tuple[int, float]]) -> bool:
-        start = [loss for at, loss in losses if at <= self._first + self.window]
-        end = [loss for at, loss in losses if at >= self._end - self.window]
-        if len(start) < NOISE_SAMPLES or len(end) < NOISE_SAMPLES:
-            return False  # too few losses to tell a trend from a batch's luck: no verdict
-        self.checked += 1
-        began, ended = float(np.mean(start)), float(np.mean(end))
-        decrease = (began - ended) / abs(began) * 100 if began else 0.0
-        needed = self.diff_percent
-        if began:
-            error = math.sqrt(np.var(start, ddof=1) / len(start) + np.var(end, ddof=1) / len(end))
-            needed = max(needed, 2 * error / abs(began) * 100)
-        if decrease > needed or ended < self.converged_loss:
-            return False
-        self.detail = (
-            f"{name}: mean loss {ended:.4g} over steps {self._end - self.window}-{self._end} vs {began:.4g} "
-            f"over steps {self._first}-{self._first + self.window}: decreased {decrease:.2f}% (needs more "
-            f"than {needed:.2f}%, the windows' noise, or a loss below {self.converged_loss:g})"
+    def _unmoved_weights(self) -> str:
+        """What shows that no saved weight changed from the first saved training step to the last (the
+        L2 norms the hook saves, to the last bit); "" when one did, or fewer than 2 steps saved them."""
+        names = self.base_trial.tensor_names(collection=WEIGHTS) if self._has(WEIGHTS) else []
+        compared, first, last = 0, math.inf, -1
+        for name in names:
+            tensor = self.base_trial.tensor(name)
+            steps = [s for s in tensor.steps() if self.base_trial.mode(s) == modes.TRAIN]
+            if len(steps) < 2:
+                continue
+            before = _values(self.base_trial, name, steps[0])
+            after = _values(self.base_trial, name, steps[-1])
+            if before != after:
+                return ""
+            compared += 1
+            first, last = min(first, steps[0]), max(last, steps[-1])
+        if not compared:
+            return ""
+        return (
+            f"no weight changed from step {first} to step {last} ({compared} weight tensors compared): the "
+            "learning rate is 0 or every layer is frozen"
         )
-        return True
+
+    def _has(self, collection: str) -> bool:
+        try:
+            return bool(self.base_trial.tensor_names(collection=collection))
+        except Exception:  # smdebug raises its own error for a collection the job never saved
+            return False
+
+    def _judge(self, name: str, losses: list[tuple[int, float]]) -> bool:
+        values = [loss for _, loss in losses]
+        if len(values) < MIN_LOSSES:
+            self._insufficient = (
+                f"{name}: {len(values)} training losses saved, {MIN_LOSSES} needed to tell a trend from "
+                "batch noise; train more steps or lower debug-interval"
+            )
+            return False
+        self.checked += 1
+        end = [loss for at, loss in losses if at >= self._end - self.window]
+        end = end if len(end) >= END_LOSSES else values[-END_LOSSES:]
+        began, ended = values[0], float(np.mean(end))
+        noise = batch_noise(values)
+        error = noise * math.sqrt(1 + 1 / len(end))  # one first loss against the mean of the end's
+        fell = began - ended
+        needed = max(self.diff_percent / 100 * abs(began), FALL_Z * error)
+        if fell > needed or ended < self.converged_loss:
+            self.detail = (
+                f"{name}: loss {began:.4g} at step {losses[0][0]}, mean {ended:.4g} over steps "
+                f"{self._end - self.window}-{self._end}: fell {fell:.3g} (needs more than {needed:.3g})"
+                + (f" or below {self.converged_loss:g}" if fell <= needed else "")
+            )
+            return False
+        said = (
+            f"{name}: loss {began:.4g} at step {losses[0][0]}, mean {ended:.4g} over steps "
+            f"{self._end - self.window}-{self._end}: fell {fell:.3g}, needs more than {needed:.3g} "
+            f"({FALL_Z:g} standard errors of the batch noise {noise:.3g}"
+            + (f", or {self.diff_percent:g}%)" if self.diff_percent else ")")
+        )
+        # Diverged: the end above both the start and chance (ln labels, the loss of a uniform guess), by
+        # RISE_Z standard errors of the noise on a log scale, where an exploded loss's noise is as small
+        # as a healthy one's. A working classifier never ends above chance.
+        ceiling = max(began, math.log(self.labels) if self.labels > 1 else 0.0)
+        log_noise = batch_noise([_log(v) for v in values])
+        rise = _log(ended) - _log(ceiling)
+        if rise > RISE_Z * log_noise * math.sqrt(1 + 1 / len(end)):
+            self.detail = (
+                f"{said}; it ended e^{rise:.3g} times above max(its start, chance), more than {RISE_Z:g} "
+                f"standard errors of the log-loss noise {log_noise:.3g}: the training diverged"
+            )
+            return True
+        chance = math.log(self.labels) if self.labels > 1 else None
+        if chance is not None and began < chance * FITTED_SHARE_OF_CHANCE:
+            self.detail = (
+                f"{said}; it started from a model that fits its images (below half of chance, "
+                f"ln {self.labels} = {chance:.3g}): nothing left to decrease"
+            )
+            return False
+        chance_said = f"; chance is ln {self.labels} = {chance:.3g}" if chance is not None else ""
+        self.suspected = (
+            f"{said}{chance_said}. The weights moved and the loss did not rise: a learning rate too small to "
+            "matter looks like this, and so do labels that do not match the images, or a model that already "
+            "fits them. Not blocking; it blocks when no weight moves or the loss rises"
+        )
+        self.suspected_step = self.base_trial.steps()[-1] if self.base_trial.steps() else None
+        return False
 
 
 class Overfit(DetailedRule):
