@@ -39,7 +39,7 @@ class Config:
     checkpoint_eval_every: int
     checkpoint_eval_max_per_run: int  # processing jobs one run may start for checkpoints (0: none)
     min_improvement: float
-    min_accuracy: float
+    min_accuracy: float | None  # MinAccuracy; None (empty): better than guessing, the gate's test
     blocking_rules: tuple[str, ...]  # BlockingRules: the rules whose findings reject a model
     approval_status: str
     model_package_group_prefix: str
@@ -77,6 +77,18 @@ def _float(environ: Mapping[str, str], name: str) -> float:
         return float(raw)
     except ValueError:
         raise ConfigurationError(f"{name}={raw!r} is not a number; fix the stack parameter") from None
+
+
+def _optional_fraction(environ: Mapping[str, str], name: str) -> float | None:
+    """A share from 0 to 1, or None when the variable is set and empty."""
+    if name not in environ:
+        raise ConfigurationError(f"environment variable {name} is not set; deploy with template.yaml")
+    if not environ[name].strip():
+        return None
+    value = _float(environ, name)
+    if not 0.0 <= value <= 1.0:
+        raise ConfigurationError(f"{name}={value} is not a share from 0 to 1; fix the stack parameter")
+    return value
 
 
 def _rule_list(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
@@ -117,7 +129,7 @@ def from_environ(environ: Mapping[str, str]) -> Config:
         checkpoint_eval_every=_int(environ, names.ENV_CHECKPOINT_EVAL_EVERY),
         checkpoint_eval_max_per_run=_int(environ, names.ENV_CHECKPOINT_EVAL_MAX),
         min_improvement=_float(environ, names.ENV_MIN_IMPROVEMENT),
-        min_accuracy=_float(environ, names.ENV_MIN_ACCURACY),
+        min_accuracy=_optional_fraction(environ, names.ENV_MIN_ACCURACY),
         blocking_rules=_rule_list(environ, names.ENV_BLOCKING_RULES),
         approval_status=_required(environ, names.ENV_MODEL_APPROVAL_STATUS),
         model_package_group_prefix=_required(environ, names.ENV_MODEL_PACKAGE_GROUP_PREFIX),

@@ -72,22 +72,27 @@ def data_lines(record: Mapping[str, Any] | None, *, bucket: str) -> list[str]:
 
 
 def rule_lines(record: Mapping[str, Any] | None) -> list[str]:
-    """A line for each rule that found issues or reached no verdict: whether it blocked the model or is
-    a warning, what it saw, and what to do about it."""
+    """A line for each rule that found or suspected issues, or reached no verdict (a blocking rule's too
+    few data points too): whether it blocked the model or is a warning, what it saw, what to do."""
     lines = []
     for result in (record or {}).get("rule_results") or []:
         status = result.get("status")
+        blocks = result.get("action") == rules.BLOCK
         if status == rules.ISSUES:
             said = "found issues"
+        elif status == rules.SUSPECTED:
+            said = "suspected issues it cannot tell from a good run"
         elif status in rules.NO_VERDICT:
             said = f"reached no verdict ({status})"
+        elif status == rules.INSUFFICIENT_DATA and result.get("blocking"):
+            said = "had too few data points to judge"
         else:
             continue
-        effect = "blocked the model" if result.get("action") == rules.BLOCK else "a warning, not blocking"
+        effect = "blocked the model" if blocks else "a warning, not blocking"
         detail = str(result.get("detail") or "no detail").rstrip(".")
         line = f"Rule {result['rule']} {said} ({effect}): {detail}."
         advice = rules.ADVICE.get(str(result["rule"]))
-        if status == rules.ISSUES and advice:
+        if status in (rules.ISSUES, rules.SUSPECTED) and advice:
             line += f" What to do: {advice}."
         lines.append(line)
     return lines

@@ -24,10 +24,11 @@ FINAL_STATUSES: tuple[RunStatus, ...] = ("SUCCEEDED", "REJECTED", "FAILED")
 
 class RuleResult(TypedDict):
     rule: str
-    status: str  # NoIssuesFound | IssuesFound | Error (Debugger's words)
+    status: str  # Debugger's words (NoIssuesFound, IssuesFound, Error), or open mode's WARN_ONLY verdicts
     step: NotRequired[int | None]
     detail: NotRequired[str]
     action: NotRequired[str]  # block | warn: what the gate does with a finding (retrain_contract.rules)
+    blocking: NotRequired[bool]  # BlockingRules names the rule
 
 
 class Evaluation(TypedDict, total=False):
