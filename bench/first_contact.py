@@ -8,7 +8,7 @@ retrain.demo_data.write_photos, --size pixels square), `retrain upload DIR --dat
 Functions' history (retrain.timing, as its report's table), and `retrain local down`. The run's top-1
 is the gate's: the registered model on the run's held-out split.
 
-    .venv/bin/python bench/first_contact.py [--repeat 3] [--per-class 30 --labels cat,coffee]
+    .venv/bin/python bench/first_contact.py [--repeat 3] [--per-class 30 --labels cat,coffee] [--wrong 0.15]
     add --append BENCHMARKS.md to record the result
 """
 
@@ -45,6 +45,7 @@ class Contact:
     status: str = ""
     top1: float | None = None
     run_id: str = ""
+    gate: str = ""  # the gate's reason, as the run's report gives it
 
     @property
     def total(self) -> float:
@@ -72,7 +73,7 @@ def run_phases(cwd: Path, run_id: str) -> list[timing.Phase]:
     return timing.run_phases(deployment.client("stepfunctions"), record["execution_arn"])
 
 
-def first_contact(labels: list[str], per_class: int, size: int) -> Contact:
+def first_contact(labels: list[str], per_class: int, size: int, wrong: float = 0.0) -> Contact:
     contact = Contact()
     with tempfile.TemporaryDirectory(prefix="retrain-first-contact-") as scratch:
         cwd = Path(scratch)
@@ -89,6 +90,7 @@ def first_contact(labels: list[str], per_class: int, size: int) -> Contact:
         lap("retrain local up")
         try:
             demo_data.write_photos(photos, per_class=per_class, size=size, classes=labels)
+            demo_data.mislabel(photos, wrong)
             lap("write the photos")
             retrain("upload", str(photos), "--dataset", DATASET, cwd=cwd)
             lap("retrain upload")
@@ -107,6 +109,8 @@ def first_contact(labels: list[str], per_class: int, size: int) -> Contact:
             objective = run.get("objective")
             contact.top1 = float(objective) if isinstance(objective, int | float) else None
             contact.phases = run_phases(cwd, contact.run_id)
+            report = json.loads(retrain("report", contact.run_id, "--dataset", DATASET, "--json", cwd=cwd))
+            contact.gate = str(report["gate"]["reason"])
         finally:
             retrain("local", "down", cwd=cwd)
     return contact
@@ -115,7 +119,8 @@ def first_contact(labels: list[str], per_class: int, size: int) -> Contact:
 def section(contacts: list[Contact], args: argparse.Namespace, load: tuple[float, float]) -> str:
     steps = list(contacts[0].steps)
     lines = [
-        f"## A newcomer's first contact: `local up`, {args.per_class * len(args.labels)} photos, "
+        f"## A newcomer's first contact: `local up`, {args.per_class * len(args.labels)} photos in "
+        f"{len(args.labels)} labels{f', {args.wrong:.0%} of them labelled wrong' if args.wrong else ''}, "
         f"the automatic run ({when()})",
         "",
         machine_line(*load),
@@ -131,6 +136,7 @@ def section(contacts: list[Contact], args: argparse.Namespace, load: tuple[float
         + " | ".join(f"{c.status}, {'-' if c.top1 is None else f'{c.top1:.3f}'}" for c in contacts)
         + " |"
     )
+    lines += ["", *(f"Contact {i + 1}'s gate: {c.gate}." for i, c in enumerate(contacts))]
     lines += ["", "The run's phases (Step Functions' history, as its report's table):", ""]
     seconds = [{p.name: p.seconds for p in c.phases} for c in contacts]
     lines.append("| phase | " + " | ".join(f"contact {i + 1} (s)" for i in range(len(contacts))) + " |")
@@ -148,12 +154,18 @@ def main() -> int:
     parser.add_argument("--per-class", type=int, default=30)
     parser.add_argument("--labels", type=lambda s: s.split(","), default=["cat", "coffee"])
     parser.add_argument("--size", type=int, default=demo_data.PHOTO_SIZE, help="pixels of each photo's side")
+    parser.add_argument(
+        "--wrong",
+        type=float,
+        default=0.0,
+        help="share of the photos filed under a wrong label, drawn at random",
+    )
     parser.add_argument("--append", type=Path, default=None, help="append the result to this markdown file")
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
     contacts = []
     for number in range(args.repeat):
-        contact = first_contact(args.labels, args.per_class, args.size)
+        contact = first_contact(args.labels, args.per_class, args.size, args.wrong)
         print(f"contact {number + 1}: {contact.total:.0f} s, {contact.status}, top-1 {contact.top1}")
         contacts.append(contact)
     publish(section(contacts, args, (load_before, os.getloadavg()[0])), args.append)

@@ -92,6 +92,25 @@ PHOTOS = {
     "grass": "grass.png",
     "gravel": "gravel.png",
 }
+# More of them, for harder data sets: many labels, some pairs hard to tell apart (the same motorcycle from
+# the left and from the right; two retinas; a printed page and printed text; coins and the moon in grey).
+MORE_PHOTOS = {
+    "motorcycle-right": "motorcycle_right.png",
+    "microaneurysms": "microaneurysms.png",
+    "page": "page.png",
+    "text": "text.png",
+    "coins": "coins.png",
+    "moon": "moon.png",
+    "cameraman": "camera.png",
+    "galaxies": "hubble_deep_field.jpg",
+    "horse": "horse.png",
+    "cells": "cell.png",
+    "clock": "clock_motion.png",
+    "colours": "color.png",
+    "logo": "logo.png",
+    "phantom": "phantom.png",
+}
+ALL_PHOTOS = {**PHOTOS, **MORE_PHOTOS}
 PHOTO_CROP_SHARE = (0.15, 0.45)
 PHOTO_SIZE = 128
 
@@ -104,19 +123,20 @@ def write_photos(
     classes: Sequence[str] = tuple(PHOTOS),
     seed: int = 0,
 ) -> DemoDataset:
-    """Write `root/<class>/crop-<n>.jpg`: `per_class` random crops of each class's photograph, `size`
-    pixels square, as RGB JPEGs (what users upload). The same seed writes the same crops."""
+    """Write `root/<class>/crop-<n>.jpg`: `per_class` random crops of each class's photograph (a name of
+    ALL_PHOTOS), `size` pixels square, as RGB JPEGs (what users upload). The same seed writes the same
+    crops."""
     import skimage.data
 
-    unknown = [c for c in classes if c not in PHOTOS]
+    unknown = [c for c in classes if c not in ALL_PHOTOS]
     if unknown:
-        raise ValueError(f"unknown photo classes {unknown}: use some of {', '.join(PHOTOS)}")
+        raise ValueError(f"unknown photo classes {unknown}: use some of {', '.join(ALL_PHOTOS)}")
     folder = Path(skimage.data.__file__).parent
     rng = np.random.default_rng(seed)
     files: list[Path] = []
     per_label: Counter[str] = Counter()
     for label in classes:
-        photo = Image.open(folder / PHOTOS[label]).convert("RGB")
+        photo = Image.open(folder / ALL_PHOTOS[label]).convert("RGB")
         width, height = photo.size
         for n in range(per_class):
             side = int(min(width, height) * rng.uniform(*PHOTO_CROP_SHARE))
@@ -132,3 +152,30 @@ def write_photos(
             files.append(path)
             per_label[label] += 1
     return DemoDataset(root=root, files=tuple(files), per_label=dict(per_label))
+
+
+def mislabel(root: Path, share: float, *, seed: int = 0) -> list[tuple[Path, str]]:
+    """Move `share` of the images under `root/<label>/` into another label's folder, drawn at random, as
+    careless labelling does; returns each moved image's new path and its true label. Its name keeps it
+    apart from the images of its new label."""
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"share must be from 0 to 1, got {share}")
+    labels = sorted(p.name for p in root.iterdir() if p.is_dir())
+    if len(labels) < 2 and share > 0:
+        raise ValueError(f"{root} has {len(labels)} label folder(s); mislabelling needs two or more")
+    images = sorted(p for p in root.glob("*/*") if p.is_file())
+    rng = np.random.default_rng(seed)
+    chosen = rng.choice(len(images), size=round(share * len(images)), replace=False)
+    moved = []
+    for index in sorted(int(i) for i in chosen):
+        image = images[index]
+        truth = image.parent.name
+        target = root / _other_label(labels, truth, rng) / f"wrong-{truth}-{image.name}"
+        image.rename(target)
+        moved.append((target, truth))
+    return moved
+
+
+def _other_label(labels: list[str], truth: str, rng: np.random.Generator) -> str:
+    others = [label for label in labels if label != truth]
+    return others[int(rng.integers(len(others)))]
