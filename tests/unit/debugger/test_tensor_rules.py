@@ -156,10 +156,12 @@ def test_the_loss_is_held_against_where_it_started_not_against_one_batch_or_the_
 
 
 def test_a_flat_loss_near_zero_is_a_model_that_fits_its_images() -> None:
-    # GIVEN a champion fine-tuned on images it fits already: its loss flat near 0.01 (p(label) ~0.99)
+    # GIVEN a champion fine-tuned on images it fits already: its loss flat near 0.01 (p(label) ~0.99), in
+    # a job without its facts (no labels, so no chance level to compare with)
     losses = [float(v) for v in 0.01 * np.exp(np.random.default_rng(4).normal(0.0, 0.2, 41))]
-    # THEN nothing was left to decrease: no issue, not even a suspicion
-    assert verdict(losses) == rules.NO_ISSUES
+    trial = traces.training(losses, every=1)
+    # THEN below converged_loss nothing was left to decrease: no issue, not even a suspicion
+    assert loss_not_decreasing(trial, labels=0, num_steps=10).status == rules.NO_ISSUES
 
 
 def test_a_flat_loss_blocks_only_when_no_weight_moved() -> None:
@@ -353,18 +355,25 @@ def test_the_batch_noise_is_not_inflated_by_a_fast_early_drop() -> None:
 
 def test_plateaus_above_zero_are_never_blocked_by_rates() -> None:
     # GIVEN 600 simulated jobs of 45 to 1,000 steps that learn fast and settle at 0.3 to 1.2 nats, with
-    # batch noise of 5-30%, from a fresh head (ln 10) or from a champion already near the plateau
+    # batch noise of 5-30%, half from a fresh head (ln 10), half from a champion already near the plateau
     rng = np.random.default_rng(2)
-    verdicts = Counter()
+    fresh, champion, fitted = Counter(), Counter(), Counter()
     for number in range(600):
         steps = int(rng.choice([45, 100, 150, 300, 1000]))
         settle = float(rng.uniform(0.3, 1.2))
         start = math.log(10) if number % 2 else settle * float(rng.uniform(1.0, 1.3))
         losses = fast_drop(steps, settle, float(rng.uniform(0.05, 0.3)), rng, start=start)
-        verdicts[loss_not_decreasing(traces.training(losses), labels=10).status] += 1
-    # THEN none is IssuesFound: from a fresh head they learned; from a champion at most a suspicion
-    assert verdicts[rules.ISSUES] == 0, verdicts
-    assert verdicts[rules.NO_ISSUES] >= 300, verdicts
+        status = loss_not_decreasing(traces.training(losses), labels=10).status
+        (fresh if number % 2 else champion)[status] += 1
+        if not number % 2 and losses[0] < math.log(10) / 2:
+            fitted[status] += 1
+    # THEN none is IssuesFound; those from a fresh head learned, all but a few whose first batch was a
+    # lucky one (with the spread of a window as the noise, a third of them did not: 196 of 300)
+    assert fresh[rules.ISSUES] == champion[rules.ISSUES] == 0, (fresh, champion)
+    assert fresh[rules.NO_ISSUES] >= 0.95 * 300, fresh
+    # AND those from a champion that fits its images (a first loss below half of chance) had nothing left
+    # to learn; the others at most warn
+    assert set(fitted) == {rules.NO_ISSUES} and fitted.total() > 150, fitted
 
 
 def test_a_learning_rate_of_0_is_found_in_every_seed() -> None:
@@ -447,3 +456,31 @@ def test_real_float16_gradients_that_died_are_found_through_the_loss_scale() -> 
     result = replayed("float16-dead-gradients.json", "VanishingGradient")
     assert result.status == rules.ISSUES, result.detail
     assert "divided by the loss scale" in result.detail
+
+
+def test_a_loss_scalers_overflow_between_two_loss_saves_is_not_an_explosion() -> None:
+    from retrain_training.rules.tensors import ExplodingTensor
+
+    # GIVEN a float16 job that saved an infinite gradient at a step with no loss saved, its loss scale
+    # saved beside it (GradScaler skipped that step), and finite losses around it
+    saves: list[dict[str, Any]] = [
+        {"step": 10, "mode": "T", "mode_step": 10, "loss": 1.8},
+        {"step": 11, "mode": "T", "mode_step": 11, "loss_scale": 65536.0, "gradients": {"g": math.inf}},
+        {"step": 15, "mode": "T", "mode_step": 15, "loss": 1.2},
+    ]
+
+    def verdict(saved: list[dict[str, Any]]) -> str:
+        trial = Replay(saved)
+        return rules.judge(ExplodingTensor(trial), trial.steps(), "ExplodingTensor").status
+
+    # THEN it is the scaler's overflow; without a loss scaler the same infinite gradient is an explosion
+    assert verdict(saves) == rules.NO_ISSUES
+    without_scale = [{k: v for k, v in s.items() if k != "loss_scale"} for s in saves]
+    assert verdict(without_scale) == rules.ISSUES
+
+
+def test_a_real_float16_job_whose_scaler_overflowed_has_no_explosion() -> None:
+    # GIVEN a real float16 job (amp-on-cpu, 59 steps): its gradients, saved every 11 steps, were infinite
+    # at step 11, where no loss was saved (today's rule blocked it: "... at step 11 is not finite (inf)")
+    result = replayed("float16-overflow.json", "ExplodingTensor")
+    assert result.status == rules.NO_ISSUES, result.detail

@@ -199,8 +199,9 @@ class ExplodingTensor(DetailedRule):
 
     Unlike the managed rule, a non-finite gradient at a step whose saved losses are all finite is
     not an explosion: that is mixed precision's loss scaling overflowing (GradScaler skips the step
-    and lowers the scale), which happens in the first steps of every amp run. A real explosion
-    makes the loss (and the weights) non-finite, which the rule then finds.
+    and lowers the scale), which happens in the first steps of every float16 run. So is one at a step
+    that saved no loss but a loss scale (a float16 job's gradient saves fall between its loss saves).
+    A real explosion makes the loss (and the weights) non-finite, which the rule then finds.
     """
 
     def __init__(
@@ -215,6 +216,7 @@ class ExplodingTensor(DetailedRule):
         self.collection_names = _split(collection_names)
         self.tensor_regex = ",".join(_split(tensor_regex)) or None
         self.only_nan = str(only_nan).lower() == "true"
+        self._scales = _loss_scales(base_trial)
 
     def invoke_at_step(self, step: int) -> bool:
         if self.collection_names or self.tensor_regex:
@@ -231,7 +233,7 @@ class ExplodingTensor(DetailedRule):
             bad = [v for v in values if math.isnan(v) or (not self.only_nan and math.isinf(v))]
             if not bad:
                 continue
-            if name in gradients and self._losses_finite(step):
+            if name in gradients and self._overflowed(step):
                 overflow.append(name)
                 continue
             self.detail = f"{name} at step {step} is not finite ({bad[0]})"
@@ -242,14 +244,16 @@ class ExplodingTensor(DetailedRule):
             )
         return False
 
-    def _losses_finite(self, step: int) -> bool:
+    def _overflowed(self, step: int) -> bool:
+        """Whether non-finite gradients at `step` are a loss scaler's overflow: the step's saved losses
+        are finite, or, where it saved none, it saved the loss scale."""
         losses = [
             n
             for n in self.base_trial.tensor_names(collection=LOSSES)
             if step in self.base_trial.tensor(n).steps()
         ]
         if not losses:
-            return False
+            return step in self._scales
         return all(math.isfinite(v) for n in losses for v in _values(self.base_trial, n, step))
 
 
