@@ -483,7 +483,17 @@ class DaliLoader(batching.BatchLoader):
             source: dict[str, Any] = {"source": self._feed, "batch": True}
             if parallel is not None:
                 dtypes.append(DALIDataType.INT64)
-                source = {"source": parallel, "batch": True, "batch_info": True, "parallel": True}
+                # Its own queue: one batch ahead per worker process. The parallel external source's
+                # prefetch_queue_depth defaults to 1, and DALI hands a worker a batch only while fewer
+                # than that wait: one process fed at a time, whatever py_num_workers (DALI's
+                # external_source docs, "Parallel External Source").
+                source = {
+                    "source": parallel,
+                    "batch": True,
+                    "batch_info": True,
+                    "parallel": True,
+                    "prefetch_queue_depth": max(self.feed_processes, PREFETCH_DEPTH),
+                }
             columns = cast(
                 "list[DataNode]", fn.external_source(num_outputs=len(dtypes), dtype=dtypes, **source)
             )
