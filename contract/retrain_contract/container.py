@@ -247,7 +247,8 @@ HP_DALI_HW_DECODER_LOAD = "dali-hw-decoder-load"
 # ResNet-50 examples' dali-gpu and dali-cpu. Without a GPU it is always cpu.
 DALI_DECODES = ("mixed", "cpu")
 DALI_HW_DECODER_LOAD = 0.65  # DALI's own default for decoders.image and decoders.image_slice
-AMP_DTYPES = ("float16", "bfloat16")
+AMP_DTYPE_AUTO = "auto"  # bfloat16 where the device computes it natively (sm80+ GPUs, CPUs), else float16
+AMP_DTYPES = (AMP_DTYPE_AUTO, "float16", "bfloat16")
 # Training faults a job can plant in itself, for the rules to find (the rule benchmark, the fault tests):
 # vanishing-gradient: the images reach the model as zeros (a loader that delivers blank tensors), so its
 # first layer receives no gradient and the network has nothing to learn from.
@@ -305,7 +306,11 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
     ),
     Hyperparameter(HP_AMP, bool, True, "mixed precision (GPU only)"),
     Hyperparameter(
-        HP_AMP_DTYPE, str, "float16", "mixed precision's type: bfloat16 needs no loss scaler", AMP_DTYPES
+        HP_AMP_DTYPE,
+        str,
+        AMP_DTYPE_AUTO,
+        "mixed precision's type: bfloat16 needs no loss scaler (auto: bfloat16 where native, else float16)",
+        AMP_DTYPES,
     ),
     Hyperparameter(
         HP_AMP_ON_CPU,

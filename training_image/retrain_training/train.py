@@ -116,6 +116,18 @@ def build_optimizer(args: argparse.Namespace, model: nn.Module) -> torch.optim.O
     return torch.optim.SGD(groups, lr=lr, momentum=args.momentum, weight_decay=args.weight_decay)
 
 
+def resolve_amp_dtype(name: str, device: torch.device) -> torch.dtype:
+    """amp-dtype as a torch dtype; `auto` is bfloat16 where the device computes it natively (CPUs, and
+    GPUs from Ampere on: A10G, A100, H100), else float16 (T4, V100). bfloat16 has float32's range, so it
+    needs no loss scaler, whose step reads a value back to the host every step (PyTorch's AMP docs,
+    "Gradient Scaling"; GradScaler.step's .item() unless the optimizer is fused)."""
+    if name != contract.AMP_DTYPE_AUTO:
+        return getattr(torch, name)  # type: ignore[no-any-return]
+    if device.type == "cuda" and not torch.cuda.is_bf16_supported(including_emulation=False):
+        return torch.float16
+    return torch.bfloat16
+
+
 def build_optimization(
     args: argparse.Namespace, model: nn.Module, *, steps_per_epoch: int
 ) -> engine.Optimization:
@@ -124,7 +136,7 @@ def build_optimization(
     batches' memory format."""
     device = next(model.parameters()).device
     use_amp = args.amp and (device.type == "cuda" or args.amp_on_cpu)
-    amp_dtype = getattr(torch, args.amp_dtype)
+    amp_dtype = resolve_amp_dtype(args.amp_dtype, device)
     optimizer = build_optimizer(args, model)
     return engine.Optimization(
         optimizer=optimizer,

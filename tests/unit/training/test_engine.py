@@ -41,10 +41,9 @@ class Batches:
         del state
 
 
-def test_an_epoch_reads_the_loss_back_from_the_device_once_per_logged_window(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # GIVEN 30 steps, a train-loss line every LOG_EVERY_STEPS, and every host read of a tensor counted
+def count_host_reads(monkeypatch: pytest.MonkeyPatch, loader: Batches) -> list[str]:
+    """Every read of a tensor's value on the host from now on (.cpu(), .item(), .tolist(), float(), and
+    .to() onto the CPU of any tensor but the loader's batches, which start there)."""
     reads: list[str] = []
     for name in ("cpu", "item", "tolist", "__float__"):
         original = getattr(torch.Tensor, name)
@@ -54,28 +53,58 @@ def test_an_epoch_reads_the_loss_back_from_the_device_once_per_logged_window(
             return _original(self, *args)
 
         monkeypatch.setattr(torch.Tensor, name, counted)
+    batches = {id(tensor) for batch in loader.batches for tensor in batch}
+    to = torch.Tensor.to
+
+    def to_counted(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        target = kwargs.get("device", args[0] if args else None)
+        if id(self) not in batches and str(target).startswith("cpu"):
+            reads.append("to cpu")
+        return to(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "to", to_counted)
+    return reads
+
+
+def test_an_epoch_on_the_default_recipe_reads_from_the_device_once_per_logged_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # GIVEN the optimizer, schedule and mixed precision train.py builds by default for a GPU (amp on, its
+    # default type), on this CPU (amp-on-cpu), and 30 steps with a train-loss line every LOG_EVERY_STEPS
+    args = train.get_args_parser().parse_args(["--amp-on-cpu", "true", "--lr", "0.1"])
     model = nn.Linear(3, 2)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    optimization = engine.Optimization(
-        optimizer=optimizer,
-        scheduler=torch.optim.lr_scheduler.ConstantLR(optimizer, factor=1.0),
-        scaler=torch.amp.GradScaler("cpu", enabled=False),
-    )
+    optimization = train.build_optimization(args, model, steps_per_epoch=30)
+    assert optimization.use_amp
+    loader = Batches(30)
+    reads = count_host_reads(monkeypatch, loader)
     context = distributed.Context(rank=0, world_size=1, local_rank=0, device=CPU)
     # WHEN an epoch trains
     result = engine.train_one_epoch(
         model=model,
         loss_fn=nn.CrossEntropyLoss(),
         optimization=optimization,
-        loader=Batches(30),
+        loader=loader,
         progress=engine.Progress(),
         context=context,
     )
     # THEN the host waited for the device 3 times for the windows' lines and once for the epoch's mean,
-    # never once per step (a GPU would idle while the host queues each next step)
+    # never once per step (a GPU would idle while the host queues each next step): no loss scaler's
+    # .item() in its step, no copy of a value to the host
     assert reads.count("__float__") == 30 // engine.LOG_EVERY_STEPS + 1
     assert [r for r in reads if r != "__float__"] == []
     assert result.images == 120
+
+
+@pytest.mark.parametrize(("device", "dtype"), [("cpu", torch.bfloat16), ("cuda", None)])
+def test_auto_mixed_precision_is_bfloat16_where_the_device_computes_it(
+    monkeypatch: pytest.MonkeyPatch, device: str, dtype: torch.dtype | None
+) -> None:
+    # A GPU from Ampere on computes bfloat16 natively; a T4 or V100 does not, and gets float16 with its scaler
+    for native, expected in ((True, torch.bfloat16), (False, torch.float16)):
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True, n=native: n)
+        resolved = train.resolve_amp_dtype(contract.AMP_DTYPE_AUTO, torch.device(device))
+        assert resolved == (dtype or expected)
+    assert train.resolve_amp_dtype("float16", torch.device(device)) == torch.float16
 
 
 def test_the_phase_clock_sums_repeats_and_counts_all_but_training_as_fixed(
