@@ -217,13 +217,17 @@ def register_lean(hook: Hook, model: torch.nn.Module) -> None:
     collects neither, and one Python call per layer per step is most of the hook's cost when a GPU
     step takes milliseconds. Weights are still saved from the model's pre-forward hook, gradients
     from the parameter hooks, losses from the loss module (smdebug 1.0.34's own registration steps).
+
+    The two model hooks run outside any compiled region (torch.compiler.disable, PyTorch's "Disabling
+    and suppressing errors" for code Dynamo should not trace): they read and bump the hook's step count,
+    and traced, Dynamo guarded on it and compiled the forward again at every step up to its limit.
     """
     for name, submodule in model.named_modules():
         submodule._module_name = name
         hook.module_set.add(submodule)
     model._module_name = model._get_name()
-    model.register_forward_pre_hook(hook.forward_pre_hook)
-    model.register_forward_hook(hook.fhook)
+    model.register_forward_pre_hook(torch.compiler.disable(hook.forward_pre_hook))
+    model.register_forward_hook(torch.compiler.disable(hook.fhook))
     hook._backward_apply(model)
     hook.has_registered_module = True
     hook.count_parameters(model)

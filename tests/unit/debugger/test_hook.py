@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from smdebug import modes
 from smdebug.trials import create_trial
 from torch import nn
@@ -129,3 +130,34 @@ def test_a_restarted_hook_keeps_the_steps_before_its_start_and_saves_the_rest_ag
 def test_a_zero_interval_is_refused_with_the_hyperparameter_name(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="debug-interval"):
         debugger.build_hook(tmp_path / "t", 0)
+
+
+def test_a_compiled_model_with_the_hook_compiles_its_graphs_once(tmp_path: Path) -> None:
+    from torch._dynamo.testing import CompileCounter
+
+    # GIVEN a model with the debug hook attached (saving every 5 steps), compiled in place as train.py
+    # does with compile true, by a backend that counts the graphs Dynamo hands it
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+    loss_fn = nn.CrossEntropyLoss()
+    hook = debugger.attach(model, loss_fn, hook_args(debug_interval=5), paths_under(tmp_path))
+    counter = CompileCounter()
+    model.compile(backend=counter)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(16, 8), torch.randint(0, 2, (16,))
+    # WHEN it trains 12 steps
+    for _ in range(12):
+        debugger.train_mode(hook)
+        optimizer.zero_grad()
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+    debugger.close(hook)
+    # THEN the forward compiled once: the hook's step-numbered calls stay out of the compiled region
+    # (with them inside, Dynamo guarded on the step and compiled again every step up to its limit)
+    assert counter.frame_count == 1, counter.frame_count
+    # AND the hook saved what it saves uncompiled: losses, gradients and weights every 5 steps
+    trial = create_trial(str(paths_under(tmp_path).tensors_dir))
+    for collection in ("losses", "gradients", "weights"):
+        (name, *_) = trial.tensor_names(collection=collection)
+        assert trial.tensor(name).steps(mode=modes.TRAIN) == [0, 5, 10], collection
