@@ -113,6 +113,21 @@ def test_an_epoch_left_midway_stops_the_loader_s_thread(samples: list[data.Sampl
     )
 
 
+def test_an_epoch_left_midway_stops_preparing_batches_at_once(samples: list[data.Sample]) -> None:
+    # GIVEN a long epoch, 275 batches of 20 ms each (the planted loader delay), prefetched 2 ahead
+    inner = loaders.build_loader("torch", samples * 50, **in_process(options(delay_ms=20)))
+    prefetched = batching.Prefetched(inner, depth=2)
+    batches = prefetched.epoch(0)
+    next(batches)
+    next(batches)
+    # WHEN the step leaves it after two batches
+    batches.close()
+    # THEN the thread stopped within the batch it was preparing: the two taken, the two queued and at
+    # most that one were read, not the rest of the epoch (which close() would have waited for)
+    assert inner.position[1] <= 2 + 2 + 1, inner.position
+    assert not [t for t in threading.enumerate() if t.name == "torch-prefetch"]
+
+
 def test_a_loader_s_error_reaches_the_step(tmp_path: Path) -> None:
     # GIVEN a batch none of whose images can be decoded any more
     samples = write_images(tmp_path, 4)
