@@ -518,6 +518,18 @@ def write_training_facts(job: Job) -> None:
     job.paths.training_facts_file.write_text(json.dumps(facts) + "\n", encoding="utf-8")
 
 
+# Data parallel: the steps between the ranks' agreements on a stop (one collective and one host read each;
+# every step, they kept the host from queueing the next step). A spot interruption's two minutes' notice is
+# far longer; a job of one process checks its own flag every step, at no cost.
+STOP_CHECK_EVERY_STEPS = engine.LOG_EVERY_STEPS
+
+
+def stop_check_due(step: int, context: distributed.Context) -> bool:
+    """Whether the ranks agree on a stop after `step`: every step in one process, else every
+    STOP_CHECK_EVERY_STEPS (the same steps on every rank, so all stop at the same one)."""
+    return not context.enabled or step % STOP_CHECK_EVERY_STEPS == 0
+
+
 class EpochLoop:
     """The epochs from `progress` on: checkpoints at the step interval and at epoch ends, a stop with
     a durable checkpoint when SIGTERM came, the system profile, and the metric lines."""
@@ -599,7 +611,7 @@ class EpochLoop:
             self.profile.step(current.step, data_wait_s, compute_s)
         if every and current.step % every == 0:
             self.save(current)
-        if self.stop_agreed():
+        if stop_check_due(current.step, context) and self.stop_agreed():
             self.stop(f"interrupted at step {current.step}")
 
     def epoch(self, epoch: int) -> None:

@@ -156,3 +156,14 @@ def test_the_learning_rate_scales_with_the_batch_from_its_reference(flags: list[
     args = train.get_args_parser().parse_args(["--lr", "0.01", *flags])
     optimizer = train.build_optimizer(args, nn.Linear(3, 2))
     assert optimizer.param_groups[0]["lr"] == pytest.approx(lr)
+
+
+def test_data_parallel_ranks_agree_on_a_stop_every_few_steps_not_every_step() -> None:
+    # GIVEN one process, and one rank of two in a process group
+    alone = distributed.Context(rank=0, world_size=1, local_rank=0, device=CPU)
+    ranked = distributed.Context(rank=1, world_size=2, local_rank=1, device=CPU, backend="gloo")
+    # THEN one process checks its own SIGTERM flag after every step (no collective, no host read)
+    assert all(train.stop_check_due(step, alone) for step in range(1, 31))
+    # AND the ranks all-reduce theirs at the same 3 steps of 30 (each a host read)
+    due = [step for step in range(1, 31) if train.stop_check_due(step, ranked)]
+    assert due == [10, 20, 30]
