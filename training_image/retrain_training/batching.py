@@ -92,10 +92,12 @@ class LoaderOptions(TypedDict):
     delay_ms: NotRequired[int]
     crop_scale_min: NotRequired[float]
     # DALI only (dali_loader.py): worker processes of its parallel external source, where it decodes and
-    # augments on a GPU (mixed or cpu), and the hardware JPEG decoder's share
+    # augments on a GPU (mixed or cpu), the hardware JPEG decoder's share, and batches in channels-last
+    # memory (for a channels-last model: no copy at the step)
     feed_processes: NotRequired[int]
     dali_decode: NotRequired[str]
     hw_decoder_load: NotRequired[float]
+    channels_last: NotRequired[bool]
 
 
 def sample_order(count: int, seed: int, epoch: int, *, train: bool) -> list[int]:

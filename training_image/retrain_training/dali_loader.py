@@ -47,6 +47,11 @@ log = logging.getLogger(__name__)
 
 KIND = "dali"
 PREFETCH_DEPTH = 2
+# What crop_mirror_normalize writes: CHW, the NCHW batches of torch's default memory format; or HWC,
+# which read as NCHW with channels-last strides (a permuted view) are what a channels-last model takes
+# without the copy a CHW batch needs at every step.
+LAYOUT_CHW = "CHW"
+LAYOUT_HWC = "HWC"
 # dali-decode (contract.DALI_DECODES): mixed decodes with nvJPEG and augments with GPU operators; cpu uses
 # libjpeg-turbo and CPU operators on the pipeline's threads and copies the batch to the GPU.
 DECODE_MIXED, DECODE_CPU = contract.DALI_DECODES
@@ -248,6 +253,7 @@ class DaliLoader(batching.BatchLoader):
             raise ValueError(f"augment-load must be at least 1, got {self.augment_load}")
         self.num_threads = max(1, self.num_workers)
         self.feed_processes = options.get("feed_processes", 0)
+        self.layout = LAYOUT_HWC if options.get("channels_last", False) else LAYOUT_CHW
         self.decode = options.get("dali_decode", DECODE_MIXED)
         self.hw_decoder_load = options.get("hw_decoder_load", DEFAULT_HW_DECODER_LOAD)
         if self.feed_processes < 0:
@@ -504,6 +510,7 @@ class DaliLoader(batching.BatchLoader):
                 image_size=self.image_size,
                 augment_load=self.augment_load,
                 hw_decoder_load=self.hw_decoder_load,
+                layout=self.layout,
             )
             pipe.set_outputs(images, *columns[len(dtypes) - 1 :] if parallel is not None else ())
         pipe.build()
@@ -524,7 +531,7 @@ class DaliLoader(batching.BatchLoader):
         )
         stream = torch.cuda.current_stream(self.device) if on_gpu else None
         feed_ndarray(dense, out, cuda_stream=stream)
-        return out
+        return out.permute(0, 3, 1, 2) if self.layout == LAYOUT_HWC else out
 
 
 def _node(value: object) -> DataNode:
@@ -545,11 +552,11 @@ def _decoder_options(decode_device: str, hw_decoder_load: float) -> dict[str, An
     }
 
 
-def _normalize(images: DataNode, device: str) -> DataNode:
+def _normalize(images: DataNode, device: str, layout: str) -> DataNode:
     return fn.crop_mirror_normalize(
         images,
         dtype=DALIDataType.FLOAT,
-        output_layout="CHW",
+        output_layout=layout,
         mean=[255.0 * m for m in augment.IMAGENET_MEAN],
         std=[255.0 * s for s in augment.IMAGENET_STD],
         device=device,
@@ -563,8 +570,10 @@ def train_graph(
     image_size: int,
     augment_load: int,
     hw_decoder_load: float = DEFAULT_HW_DECODER_LOAD,
+    layout: str = LAYOUT_CHW,
 ) -> DataNode:
-    """Crop-decode the drawn box, resize it to image_size, then augment_load x (flip, rotate), normalise."""
+    """Crop-decode the drawn box, resize it to image_size, then augment_load x (flip, rotate), normalise
+    into `layout` (CHW, or HWC for a channels-last model)."""
     encoded, anchor, shape, flips, angles = columns
     device = "gpu" if decode_device == "mixed" else "cpu"
     images = fn.decoders.image_slice(
@@ -581,7 +590,7 @@ def train_graph(
         images = _node(
             fn.rotate(images, angle=_node(angles[repetition]), keep_size=True, fill_value=0, device=device)
         )
-    return _normalize(images, device)
+    return _normalize(images, device, layout)
 
 
 def eval_graph(
@@ -591,12 +600,14 @@ def eval_graph(
     image_size: int,
     augment_load: int,
     hw_decoder_load: float = DEFAULT_HW_DECODER_LOAD,
+    layout: str = LAYOUT_CHW,
 ) -> DataNode:
-    """Decode, resize the shorter side to image_size * 8/7, center-crop image_size, normalise."""
+    """Decode, resize the shorter side to image_size * 8/7, center-crop image_size, normalise into
+    `layout`."""
     del augment_load  # evaluation never augments
     encoded, resized, anchor = columns
     device = "gpu" if decode_device == "mixed" else "cpu"
     images = fn.decoders.image(encoded, **_decoder_options(decode_device, hw_decoder_load))
     images = _node(fn.resize(images, size=resized, device=device))
     images = _node(fn.slice(images, start=anchor, shape=[image_size, image_size], device=device))
-    return _normalize(images, device)
+    return _normalize(images, device, layout)

@@ -161,12 +161,15 @@ def _ignore_sigterm(worker_id: int) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
-def worker_count(requested: int, kind: str, environ: Mapping[str, str] | None = None) -> int:
+def worker_count(
+    requested: int, kind: str, environ: Mapping[str, str] | None = None, *, busy: int = 0
+) -> int:
     """The loader's workers: `requested`, or with `contract.NUM_WORKERS_AUTO` this process's share of
     the instance's vCPUs (SageMaker's SM_NUM_CPUS, else the CPUs this process may run on), as
     NVIDIA's and torchvision's trainers size them: the DataLoader's worker processes leave one vCPU
-    to the training process; DALI's CPU threads take the whole share (its pipeline runs them
-    while the training process waits on the GPU)."""
+    to the training process; DALI's CPU threads leave one to it and one to each of the job's `busy`
+    threads and processes besides (the parallel feed's processes, the prefetch thread), which DALI's
+    threads took before: 4 + 3 runnable on a 4-vCPU instance."""
     if requested != contract.NUM_WORKERS_AUTO:
         if requested < 0:
             raise ValueError(
@@ -176,7 +179,7 @@ def worker_count(requested: int, kind: str, environ: Mapping[str, str] | None = 
     env = os.environ if environ is None else environ
     cpus = int(env.get(contract.NUM_CPUS_ENV) or len(os.sched_getaffinity(0)))
     share = max(1, cpus // max(1, distributed.local_world_size(env)))
-    return max(1, share - 1) if kind == TorchLoader.kind else share
+    return max(1, share - 1) if kind == TorchLoader.kind else max(1, share - 1 - busy)
 
 
 def resolve_kind(kind: str, device: torch.device) -> str:

@@ -122,7 +122,8 @@ def resolve_amp_dtype(name: str, device: torch.device) -> torch.dtype:
     needs no loss scaler, whose step reads a value back to the host every step (PyTorch's AMP docs,
     "Gradient Scaling"; GradScaler.step's .item() unless the optimizer is fused)."""
     if name != contract.AMP_DTYPE_AUTO:
-        return getattr(torch, name)  # type: ignore[no-any-return]
+        dtype: torch.dtype = getattr(torch, name)
+        return dtype
     if device.type == "cuda" and not torch.cuda.is_bf16_supported(including_emulation=False):
         return torch.float16
     return torch.bfloat16
@@ -367,7 +368,8 @@ def build_loaders(
 ) -> tuple[batching.Loader, batching.Loader]:
     """This rank's training and validation loaders; the training one passes `repeats` times over the
     training images in each epoch."""
-    workers = loaders.worker_count(args.num_workers, kind)
+    busy = args.dali_feed_processes + (1 if args.prefetch_batches else 0) if kind == "dali" else 0
+    workers = loaders.worker_count(args.num_workers, kind, busy=busy)
     if args.num_workers == contract.NUM_WORKERS_AUTO:
         log.info("%s loader: %d workers, sized from the instance's vCPUs", kind, workers)
     common = {
@@ -385,6 +387,7 @@ def build_loaders(
             "feed_processes": args.dali_feed_processes,
             "dali_decode": args.dali_decode,
             "hw_decoder_load": args.dali_hw_decoder_load,
+            "channels_last": args.channels_last,
         }
     train_loader = loaders.build_loader(
         kind,

@@ -294,3 +294,17 @@ def test_dali_settings_out_of_range_are_refused_by_name(
 ) -> None:
     with pytest.raises(ValueError, match=message):
         dali_loader.DaliLoader(samples, **options(**setting))
+
+
+def test_channels_last_batches_are_the_same_pixels_with_no_copy_left_for_the_step(
+    samples: list[data.Sample],
+) -> None:
+    # GIVEN the loader's batches in torch's default layout and in channels-last (HWC from DALI)
+    default = run_epoch(dali_loader.DaliLoader(samples, **options()), epoch=0)
+    last = run_epoch(dali_loader.DaliLoader(samples, **options(channels_last=True)), epoch=0)
+    for (images, labels), (expected, expected_labels) in zip(last, default, strict=True):
+        # THEN every pixel is the same, in NCHW's shape with channels-last strides
+        assert torch.equal(images, expected) and torch.equal(labels, expected_labels)
+        assert images.is_contiguous(memory_format=torch.channels_last)
+        # AND the step's conversion to channels-last returns the batch itself: no copy
+        assert images.to(memory_format=torch.channels_last).data_ptr() == images.data_ptr()

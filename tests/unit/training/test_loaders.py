@@ -117,10 +117,10 @@ def test_a_process_that_exits_with_an_epoch_midway_ends(samples: list[data.Sampl
 @pytest.mark.parametrize(
     ("env", "torch_workers", "dali_threads"),
     [
-        ({contract.NUM_CPUS_ENV: "4"}, 3, 4),  # ml.g5.xlarge: one vCPU left to the training process
-        ({contract.NUM_CPUS_ENV: "2"}, 1, 2),
+        ({contract.NUM_CPUS_ENV: "4"}, 3, 3),  # ml.g5.xlarge: one vCPU left to the training process
+        ({contract.NUM_CPUS_ENV: "2"}, 1, 1),
         ({contract.NUM_CPUS_ENV: "1"}, 1, 1),
-        ({contract.NUM_CPUS_ENV: "96", "LOCAL_WORLD_SIZE": "8"}, 11, 12),  # 8 GPUs share 96
+        ({contract.NUM_CPUS_ENV: "96", "LOCAL_WORLD_SIZE": "8"}, 11, 11),  # 8 GPUs share 96
     ],
 )
 def test_auto_workers_are_this_process_s_share_of_the_instance_s_vcpus(
@@ -129,6 +129,14 @@ def test_auto_workers_are_this_process_s_share_of_the_instance_s_vcpus(
     auto = contract.NUM_WORKERS_AUTO
     assert loaders.worker_count(auto, "torch", env) == torch_workers
     assert loaders.worker_count(auto, "dali", env) == dali_threads
+
+
+def test_dali_threads_leave_a_vcpu_to_each_feed_process_and_the_prefetch_thread() -> None:
+    # GIVEN 16 vCPUs, 2 feed processes and a prefetch thread besides the training process
+    env = {contract.NUM_CPUS_ENV: "16"}
+    # THEN DALI's threads take the 12 left, and on 4 vCPUs the one left (before: 4, with 7 runnable)
+    assert loaders.worker_count(contract.NUM_WORKERS_AUTO, "dali", env, busy=3) == 12
+    assert loaders.worker_count(contract.NUM_WORKERS_AUTO, "dali", {contract.NUM_CPUS_ENV: "4"}, busy=3) == 1
 
 
 def test_workers_asked_for_are_kept_and_a_negative_count_is_refused() -> None:
@@ -141,7 +149,7 @@ def test_workers_asked_for_are_kept_and_a_negative_count_is_refused() -> None:
 
 def test_auto_workers_outside_sagemaker_count_the_cpus_this_process_may_use() -> None:
     usable = len(os.sched_getaffinity(0))
-    assert loaders.worker_count(contract.NUM_WORKERS_AUTO, "dali", {}) == usable
+    assert loaders.worker_count(contract.NUM_WORKERS_AUTO, "dali", {}) == max(1, usable - 1)
 
 
 def test_epochs_see_different_orders_and_augmentations(samples: list[data.Sample]) -> None:
