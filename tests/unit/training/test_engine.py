@@ -167,3 +167,35 @@ def test_data_parallel_ranks_agree_on_a_stop_every_few_steps_not_every_step() ->
     # AND the ranks all-reduce theirs at the same 3 steps of 30 (each a host read)
     due = [step for step in range(1, 31) if train.stop_check_due(step, ranked)]
     assert due == [10, 20, 30]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_a_gpu_the_default_steps_never_wait_for_the_device() -> None:
+    # GIVEN train.py's default optimization on the GPU, and fewer steps than a loss line's window, their
+    # batches already there
+    device = torch.device("cuda")
+    args = train.get_args_parser().parse_args(["--lr", "0.1"])
+    model = nn.Linear(3, 2).to(device)
+    optimization = train.build_optimization(args, model, steps_per_epoch=30)
+    loader = Batches(engine.LOG_EVERY_STEPS - 1)
+    loader.batches = [(images.to(device), labels.to(device)) for images, labels in loader.batches]
+    last = len(loader.batches)
+
+    def check_syncs(progress: engine.Progress, _wait: float, _compute: float) -> None:
+        # from the first step's end to the last's, a synchronisation with the device raises; the
+        # epoch's mean loss, read after the last step, is the one read the epoch makes
+        torch.cuda.set_sync_debug_mode("error" if progress.step < last else "default")
+
+    # WHEN the epoch trains THEN no step between the first and the last synchronised
+    try:
+        engine.train_one_epoch(
+            model=model,
+            loss_fn=nn.CrossEntropyLoss(),
+            optimization=optimization,
+            loader=loader,
+            progress=engine.Progress(),
+            context=distributed.Context(rank=0, world_size=1, local_rank=0, device=device),
+            after_step=check_syncs,
+        )
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
