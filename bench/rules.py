@@ -96,6 +96,7 @@ SCRATCH_RECIPE = {  # the digits demo's first run (retrain.demo.DEMO_PARAMETERS)
 # one epoch of about 30 steps.
 FLOAT16 = {
     contract.HP_AMP_ON_CPU: "true",
+    contract.HP_AMP_DTYPE: "float16",  # with its loss scaler, as on a GPU without bfloat16
     contract.HP_IMAGE_SIZE: "32",
     contract.HP_BATCH_SIZE: "8",
     contract.HP_EPOCHS: "1",

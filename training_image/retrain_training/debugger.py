@@ -67,14 +67,14 @@ MIN_LOSS_SAVES = 8
 def save_intervals(requested: int, total_steps: int) -> tuple[int, int]:
     """The steps between saves of (gradients and weights, training losses): `requested` (debug-interval)
     and DEBUG_LOSS_INTERVAL at most, shorter for a job of `total_steps` too short for the fewest saves
-    above (0: unknown, as requested)."""
+    above (0: unknown), the first a multiple of the second."""
     losses = min(requested, contract.DEBUG_LOSS_INTERVAL)
-    if total_steps <= 0:
-        return requested, losses
-    return (
-        max(1, min(requested, total_steps // MIN_TENSOR_SAVES)),
-        max(1, min(losses, total_steps // MIN_LOSS_SAVES)),
-    )
+    tensors = requested
+    if total_steps > 0:
+        losses = max(1, min(losses, total_steps // MIN_LOSS_SAVES))
+        tensors = max(1, min(requested, total_steps // MIN_TENSOR_SAVES))
+    # a multiple of the losses' interval: every save of gradients has its step's loss beside it
+    return max(losses, tensors - tensors % losses), losses
 
 
 def hook_config_path(paths: contract.Paths) -> Path:

@@ -411,6 +411,9 @@ def test_the_hook_saves_enough_of_a_short_job_for_every_rule(tmp_path: Path) -> 
     assert (tensor_interval, loss_interval) == (6, 3)
     assert debugger.save_intervals(50, 10_000) == (50, contract.DEBUG_LOSS_INTERVAL)
     assert debugger.save_intervals(50, 0) == (50, contract.DEBUG_LOSS_INTERVAL)
+    # AND every save of gradients has its step's loss: 59 steps save gradients every 10, not 11
+    assert debugger.save_intervals(50, 59) == (10, 5)
+    assert debugger.save_intervals(7, 10_000) == (5, 5)
 
 
 def replayed(name: str, rule: str) -> rules.RuleResult:
