@@ -210,9 +210,11 @@ def test_a_run_trains_checks_rules_evaluates_registers_and_serves_with_the_real_
     )
     images = [p for p in (downloaded / "input" / "data" / "train").rglob("*") if p.is_file()]
     assert len(images) == sum(validation.values()) == record["validation_images"] < 40
-    # AND every rule reached a verdict, and the registered package is that model
+    # AND every rule was evaluated (none failed; a rule short of data, or unsure, says so), and the
+    # registered package is that model
     assert {r["rule"] for r in record["rule_results"]} >= {"LossNotDecreasing"}
-    assert {r["status"] for r in record["rule_results"]} <= {"NoIssuesFound", "IssuesFound"}
+    evaluated = {"NoIssuesFound", "IssuesFound", "IssuesSuspected", "InsufficientData"}
+    assert {r["status"] for r in record["rule_results"]} <= evaluated
     package = sagemaker.describe_model_package(ModelPackageName=record["model_package_arn"])
     assert package["ModelApprovalStatus"] == "Approved"
     [container] = package["InferenceSpecification"]["Containers"]

@@ -22,6 +22,7 @@ from typing import Any
 from retrain.embedded.sagemaker.logs import PROCESSING_LOG_GROUP, LogShipper, log_stream_name
 from retrain.embedded.sagemaker.s3io import S3Uri, upload_tree
 from retrain_contract import container as contract
+from retrain_contract import rules
 
 HOOK_CONFIG_FILE = "debughookconfig.json"
 DEFAULT_HOOK_LOCAL_PATH = contract.DEBUG_HOOK_LOCAL_PATH  # SageMaker's default LocalPath
@@ -106,7 +107,9 @@ def evaluate_rules(
     logs: Any,
     job_name: str,
 ) -> dict[str, list[dict[str, Any]]]:
-    """Run rule_check.py for every configured rule; the statuses with NoIssuesFound/IssuesFound/Error."""
+    """Run rule_check.py for every configured rule; the statuses with NoIssuesFound/IssuesFound/Error
+    (RuleEvaluationStatus' values: the open mode's IssuesSuspected and InsufficientData are reported as
+    NoIssuesFound, the verdict named in StatusDetails)."""
     configurations = {
         status_key: request.get(config_key) or [] for config_key, status_key in RULE_KINDS.items()
     }
@@ -164,6 +167,8 @@ def evaluate_rules(
                 status = str(result["status"])
                 step = f" at step {result['step']}" if result.get("step") is not None else ""
                 detail = f"{result.get('detail', '')}{step}".strip()
+                if status in rules.WARN_ONLY:  # not in RuleEvaluationStatus' enum: AWS says no issues
+                    status, detail = rules.NO_ISSUES, f"{status}: {detail}"
             updated[status_key].append(
                 {
                     **entry,
