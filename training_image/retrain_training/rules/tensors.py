@@ -421,7 +421,8 @@ class LossNotDecreasing(DetailedRule):
         # Diverged: the end above both the start and chance (ln labels, the loss of a uniform guess), by
         # RISE_Z standard errors of the noise on a log scale, where an exploded loss's noise is as small
         # as a healthy one's. A working classifier never ends above chance.
-        ceiling = max(began, math.log(self.labels) if self.labels > 1 else 0.0)
+        chance = math.log(self.labels) if self.labels > 1 else None
+        ceiling = max(began, chance or 0.0)
         log_noise = batch_noise([_log(v) for v in values])
         rise = _log(ended) - _log(ceiling)
         if rise > RISE_Z * log_noise * math.sqrt(1 + 1 / len(end)):
@@ -430,7 +431,6 @@ class LossNotDecreasing(DetailedRule):
                 f"standard errors of the log-loss noise {log_noise:.3g}: the training diverged"
             )
             return True
-        chance = math.log(self.labels) if self.labels > 1 else None
         if chance is not None and began < chance * FITTED_SHARE_OF_CHANCE:
             self.detail = (
                 f"{said}; it started from a model that fits its images (below half of chance, "
