@@ -549,28 +549,21 @@ def managed_verdicts(saved: dict[str, Any]) -> dict[str, bool]:
 
 
 def decision(outcome: Outcome, tree: str) -> str:
-    """The gate's decision from the rules and the floor (no champion): 'registered' or 'rejected (why)'."""
+    """The gate's decision from the rules and the floor (no champion): 'registered' or 'rejected (why)'.
+    Before: MinAccuracy 0.5, today's rules' verdicts; after: better than guessing, this tree's."""
     verdicts: list[Any] = list(outcome.verdicts[tree].values())
-    if tree == "before":
-        blocked = [r["rule"] for r in verdicts if r["status"] == rule_names.ISSUES and r["rule"] in BLOCKING]
-        if blocked:
-            return f"rejected ({', '.join(blocked)})"
-        unchecked = [
-            r["rule"] for r in verdicts if r["status"] in rule_names.NO_VERDICT and r["rule"] in BLOCKING
-        ]
-        if unchecked:
-            return f"rejected ({', '.join(unchecked)}: no verdict)"
-        return "registered" if outcome.top1 >= OLD_MIN_ACCURACY else "rejected (accuracy)"
-    said = gate.decide(outcome.top1, None, verdicts, gate.Thresholds(None, 0.0, BLOCKING), outcome.split)
+    before = tree == "before"
+    thresholds = gate.Thresholds(OLD_MIN_ACCURACY if before else None, 0.0, BLOCKING)
+    said = gate.decide(outcome.top1, None, verdicts, thresholds, None if before else outcome.split)
     if said["decision"] == "accepted":
         return "registered"
-    acted = gate.with_actions(verdicts, BLOCKING)
     blocked = [
         r["rule"]
-        for r in acted
+        for r in gate.with_actions(verdicts, BLOCKING)
         if r["status"] in (rule_names.ISSUES, *rule_names.NO_VERDICT) and r["action"] == rule_names.BLOCK
     ]
-    return f"rejected ({', '.join(blocked)})" if blocked else "rejected (not better than guessing)"
+    floor = "accuracy" if before else "not better than guessing"
+    return f"rejected ({', '.join(blocked) or floor})"
 
 
 def short(status: str) -> str:
