@@ -34,9 +34,12 @@ def noisy_jpeg(width: int, height: int, *, seed: int = 0) -> bytes:
     return buffer.getvalue()
 
 
-def jpeg_with_big_exif(width: int = 64, height: int = 64, *, exif_bytes: int = 60_000) -> bytes:
-    """A JPEG whose header runs past the first 64 KiB (a camera's thumbnail and maker notes)."""
-    plain = jpeg(width, height)
+def jpeg_with_big_exif(
+    width: int = 64, height: int = 64, *, exif_bytes: int = 60_000, noisy: bool = False
+) -> bytes:
+    """A JPEG whose header runs past the first 64 KiB (a camera's thumbnail and maker notes); `noisy`
+    pixels make a large file."""
+    plain = noisy_jpeg(width, height) if noisy else jpeg(width, height)
     # APP1 segments of up to 65533 bytes each, right after SOI, push the frame header back.
     segments = b""
     remaining = exif_bytes

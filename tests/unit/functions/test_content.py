@@ -73,7 +73,7 @@ def _checked_reading(aws: Aws, key: str, body: bytes) -> tuple[str | None, list[
     return reason, read
 
 
-def test_only_the_head_and_the_tail_are_read(aws: Aws) -> None:
+def test_only_the_head_and_the_tail_of_a_large_image_are_read(aws: Aws) -> None:
     # GIVEN a 5 MB image (most of it pixel data) and S3 calls counted by the bytes they return
     body = images.noisy_jpeg(1600, 1200)
     assert len(body) > 2_000_000
@@ -84,13 +84,33 @@ def test_only_the_head_and_the_tail_are_read(aws: Aws) -> None:
     assert read == [content.HEAD_BYTES, content.TAIL_BYTES]
 
 
+@pytest.mark.parametrize("side", [64, 300, 560])
+def test_a_small_image_is_read_in_one_get(aws: Aws, side: int) -> None:
+    # GIVEN images up to WHOLE_READ_BYTES (a catalogue's usual photo), one of them larger than the head
+    body = images.noisy_jpeg(side, side)
+    assert len(body) <= content.WHOLE_READ_BYTES
+    # WHEN it is checked THEN one GET read it whole
+    reason, read = _checked_reading(aws, f"data/pets/cat/{side}.jpg", body)
+    assert reason is None
+    assert read == [len(body)]
+
+
+def test_one_get_still_catches_a_small_image_cut_off(aws: Aws) -> None:
+    # the whole object read in one GET is judged as before: a JPEG cut before its end marker is refused
+    body = images.noisy_jpeg(300, 300)
+    reason, read = _checked_reading(aws, "data/pets/cat/cut.jpg", body[: len(body) // 2])
+    assert reason is not None and "cut off" in reason
+    assert read == [len(body) // 2]
+
+
 def test_the_head_grows_until_a_long_header_fits(aws: Aws) -> None:
-    # a camera JPEG whose APP segments fill the first 64 KiB: a larger read (here the whole 150 KB file,
-    # so its tail too) finds the frame header
-    body = images.jpeg_with_big_exif(exif_bytes=150_000)
+    # a large camera JPEG whose APP segments fill the first 64 KiB: a larger read finds the frame header,
+    # and the tail is read on its own
+    body = images.jpeg_with_big_exif(1600, 1200, exif_bytes=150_000, noisy=True)
+    assert len(body) > content.WHOLE_READ_BYTES
     reason, read = _checked_reading(aws, "data/pets/cat/cam.jpg", body)
     assert reason is None
-    assert read == [content.HEAD_BYTES, len(body)]
+    assert read == [content.HEAD_BYTES, 4 * content.HEAD_BYTES, content.TAIL_BYTES]
 
 
 def test_a_reason_names_the_format_found_when_the_extension_is_not_an_image_format() -> None:
