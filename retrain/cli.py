@@ -1,4 +1,4 @@
-"""The `retrain` command line: demo, upload, start, status, runs, report, predict, local up|down.
+"""The `retrain` command line: demo, upload, start, status, runs, report, predict, preflight, local up|down.
 
 Every command talks to one stack through boto3: a deployed stack named with --stack (ordinary AWS
 credentials), or the embedded emulation on this machine. Errors the user can fix are one line on stderr
@@ -24,7 +24,7 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from controller import names, runs
-from retrain import local, mlflow_ui, pretrained, timing
+from retrain import local, mlflow_ui, preflight, pretrained, timing
 from retrain.collect import collect, find_run, runs_table
 from retrain.demo import (
     DEMO_BATCHES,
@@ -575,6 +575,49 @@ def ui(
         with contextlib.suppress(KeyboardInterrupt):
             while True:
                 time.sleep(3600)
+
+
+@app.command("preflight")
+def preflight_command(
+    *,
+    region: Annotated[
+        str | None, typer.Option("--region", help="The region to check (default: your AWS configuration's).")
+    ] = None,
+    parameter: Annotated[
+        list[str] | None,
+        typer.Option("--parameter", "-p", help="A template parameter NAME=VALUE to check with (repeatable)."),
+    ] = None,
+    instance_type: Annotated[
+        str | None,
+        typer.Option("--instance-type", help="Training instance type (default: TrainingInstanceType's)."),
+    ] = None,
+    stack_rate: Annotated[
+        float | None,
+        typer.Option(
+            "--stack-rate", min=1.0, help="Uploads/s the stack records (default: from BENCHMARKS.md)."
+        ),
+    ] = None,
+    local_stack: Annotated[
+        bool, typer.Option("--local", help="The embedded stack `retrain local up` started, and its account.")
+    ] = False,
+    json_output: JsonOption = False,
+    stack: StackOption = None,
+    state_dir: StateDirOption = local.DEFAULT_STATE_DIR,
+) -> None:
+    """What will bind in an account and region (Lambda concurrency, EventBridge, SageMaker and FSx quotas,
+    CloudFormation's resource types), and what to ask for; exit code 8 when something binds."""
+    preflight.command(
+        preflight.Options(
+            region=region,
+            stack=stack,
+            local=local_stack,
+            overrides=parse_assignments(parameter or [], "--parameter"),
+            instance_type=instance_type,
+            stack_rate=stack_rate,
+            json_output=json_output,
+            state_dir=state_dir,
+        )
+    )
 
 
 @local_app.command("up")

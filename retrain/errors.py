@@ -49,3 +49,9 @@ class EmbeddedRuntimeError(RetrainError):
     """The embedded AWS emulation could not start or is not there."""
 
     exit_code = 7
+
+
+class PreflightBindsError(RetrainError):
+    """`retrain preflight` found a quota or a missing resource type that will bind."""
+
+    exit_code = 8

@@ -285,6 +285,17 @@ def offered_types(region: str, providers: Path | None = None) -> frozenset[str]:
     return _read(type_list_file(region, directory)) | (_read(sam) if sam.exists() else frozenset())
 
 
+def type_schema(kind: str, region: str, providers: Path | None = None) -> str | None:
+    """The resource provider schema (JSON text) cfn-lint ships for `kind` as `region` offers it, or None
+    where the region's list has no such type. (SAM's types are a transform's, with no provider schema.)"""
+    directory = providers or providers_dir()
+    digests = json.loads(type_list_file(region, directory).read_text(encoding="utf-8"))
+    digest = digests.get(kind)
+    if digest is None:
+        return None
+    return (directory.parent / "resources" / f"{digest}.json").read_text(encoding="utf-8")
+
+
 def has_own_type_list(region: str, providers: Path | None = None) -> bool:
     """Whether `region`'s list is its own: not absent (cfn-lint then reads us-east-1's) and not a copy of
     us-east-1's (what the schemas project writes for the isolated and sovereign regions)."""

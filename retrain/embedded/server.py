@@ -26,7 +26,11 @@ from retrain.embedded.gatekeeper.gate import Gatekeeper, RequestRefusedError
 LOG = logging.getLogger(__name__)
 
 # SigV4 signing name -> boto3 service name, where they differ.
-SIGNING_NAMES: Final = {"states": "stepfunctions", "monitoring": "cloudwatch"}
+SIGNING_NAMES: Final = {
+    "states": "stepfunctions",
+    "monitoring": "cloudwatch",
+    "servicequotas": "service-quotas",
+}
 _CREDENTIAL: Final = re.compile(r"Credential=(?P<key>[^/&,]+)/[^/]+/(?P<region>[^/]+)/(?P<service>[^/]+)/")
 _REASONS: Final = {400: "Bad Request", 403: "Forbidden", 500: "Internal Server Error"}
 

@@ -32,7 +32,7 @@ import boto3
 from botocore.config import Config
 
 from retrain.dev import base_image
-from retrain.embedded import s3_versions, snapshot
+from retrain.embedded import cfn_types, s3_versions, servicequotas, snapshot
 from retrain.embedded.account import ACCOUNT_ID, REGION
 from retrain.embedded.awslambda.interpreters import RuntimeUnavailableError
 from retrain.embedded.awslambda.runtime import LambdaRuntime
@@ -142,6 +142,9 @@ class EmbeddedStack:
         self.degraded: list[str] = []
         self._scheduler: Scheduler | None = None
         self.mlflow_app: MlflowApp | None = None
+        # The emulated account's applied quotas (Service Quotas, Lambda's GetAccountSettings): AWS's defaults
+        # unless a test or a user applies a value.
+        self.quotas = servicequotas.AccountQuotas()
         self._session = boto3.session.Session(
             aws_access_key_id=LOCAL_KEY, aws_secret_access_key=LOCAL_KEY, region_name=REGION
         )
@@ -277,6 +280,8 @@ class EmbeddedStack:
             )
         )
         self._exit.enter_context(install_api(self.fsx))
+        self._exit.enter_context(servicequotas.installed(self.quotas))
+        self._exit.enter_context(cfn_types.installed())
         self._exit.enter_context(s3_notices.installed())
         self._exit.enter_context(s3_versions.installed())
         self._exit.enter_context(sqs_speed.installed())

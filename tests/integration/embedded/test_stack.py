@@ -129,3 +129,17 @@ def test_a_scheduled_rule_runs_its_function(stack: EmbeddedStack) -> None:
     item = _wait_for(lambda: dynamodb.get_item(TableName=table, Key={"key": {"S": "sweep"}}).get("Item"))
 
     assert item["state"]["S"] == "Scheduled Event"
+
+
+def test_the_emulated_account_answers_its_quotas_and_its_regions_resource_types(stack: EmbeddedStack) -> None:
+    stack.quotas.apply("us-east-1", "lambda", "Concurrent executions", 50)
+    try:
+        limit = stack.client("lambda").get_account_settings()["AccountLimit"]
+        quota = stack.client("service-quotas").get_service_quota(ServiceCode="events", QuotaCode="L-5540C5E3")
+    finally:
+        stack.quotas.apply("us-east-1", "lambda", "Concurrent executions", 1000)
+    described = stack.client("cloudformation").describe_type(Type="RESOURCE", TypeName="AWS::FSx::FileSystem")
+
+    assert limit["ConcurrentExecutions"] == 50
+    assert quota["Quota"]["Value"] == 18_750
+    assert described["TypeName"] == "AWS::FSx::FileSystem"
