@@ -11,14 +11,17 @@ checkpoints in Amazon SageMaker"), while a Processing job takes minutes to start
 version named by the event (the artifact bucket is versioned; a deleted version stays a noncurrent one
 for a day) is first copied out of the checkpoint prefix, and the job reads the copy. The trainer cannot
 keep checkpoints until they are evaluated instead: it runs without network access and cannot learn that.
-A run starts at most CheckpointEvaluationMaxPerRun jobs (a counter in its record, claimed atomically), and
-its curve holds at most as many points.
+A run starts at most CheckpointEvaluationMaxPerRun jobs (a counter in its record, claimed atomically with
+the checkpoint's count), and its curve holds at most as many points. A claimed checkpoint stays pending in
+the record until its job exists: a delivery that failed before that (a throttle, a time-out, a crash) is
+retried by Lambda, and the retry makes the job, by its own name, so at most once.
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, cast
 
 from aws_lambda_powertools.utilities.data_classes.event_bridge_event import EventBridgeEvent
 from aws_lambda_powertools.utilities.data_classes.event_source import event_source
@@ -45,40 +48,11 @@ def job_name(training_job: str, step: int) -> str:
 
 
 COUNTS, LAST_STEPS = "checkpoint_counts", "checkpoint_last_steps"
+CLAIM_ATTEMPTS = 10  # reads and conditional writes of the run's counts (a lost race reads again)
 
 
-def count_checkpoint(
-    dataset: str, run_id: str, training_job: str, step: int, *, config: Config, dynamodb: DynamoDBClient
-) -> int | None:
-    """The number of checkpoints of `training_job` seen so far, this one included; None when a checkpoint
-    of that job at `step` or later was counted already: S3's Object Created event of a checkpoint may come
-    twice, or after a later one's (EventBridge delivers at least once, in no set order), and it counts once.
-    """
-    try:
-        response = dynamodb.update_item(
-            TableName=config.runs_table,
-            Key=serialize({names.RUNS_PK: dataset, names.RUNS_SK: run_id}),
-            UpdateExpression="ADD #counts.#job :one SET #last.#job = :step",
-            ConditionExpression=(
-                "attribute_exists(#counts) AND attribute_exists(#last) "
-                "AND (attribute_not_exists(#last.#job) OR #last.#job < :step)"
-            ),
-            ExpressionAttributeNames={"#counts": COUNTS, "#last": LAST_STEPS, "#job": training_job},
-            ExpressionAttributeValues=serialize({":one": 1, ":step": step}),
-            ReturnValues="UPDATED_NEW",
-        )
-    except dynamodb.exceptions.ConditionalCheckFailedException:
-        return None
-    return int(runs.deserialize(response["Attributes"])[COUNTS][training_job])
-
-
-def _count(
-    dataset: str, run_id: str, training_job: str, step: int, *, config: Config, dynamodb: DynamoDBClient
-) -> int | None:
-    counted = count_checkpoint(dataset, run_id, training_job, step, config=config, dynamodb=dynamodb)
-    if counted is not None:
-        return counted
-    # the maps first (a nested path needs its parent); then a failure means this step was counted
+def _init_counts(dataset: str, run_id: str, *, config: Config, dynamodb: DynamoDBClient) -> None:
+    """The per-job maps (a nested path needs its parent)."""
     dynamodb.update_item(
         TableName=config.runs_table,
         Key=serialize({names.RUNS_PK: dataset, names.RUNS_SK: run_id}),
@@ -86,7 +60,72 @@ def _count(
         ExpressionAttributeNames={"#counts": COUNTS, "#last": LAST_STEPS},
         ExpressionAttributeValues=serialize({":empty": {}}),
     )
-    return count_checkpoint(dataset, run_id, training_job, step, config=config, dynamodb=dynamodb)
+
+
+def count_and_claim(
+    dataset: str, run_id: str, training_job: str, step: int, *, config: Config, dynamodb: DynamoDBClient
+) -> dict[str, Any] | None:
+    """Count this checkpoint of `training_job` and, when it is due (every Nth) and the run has a place
+    left, claim one: None when the checkpoint holds a place whose job may not exist yet (claimed now, or
+    by an earlier delivery that failed before it made the job: a retry makes it); else why it starts none.
+
+    One conditional write counts the checkpoint, claims the place (CheckpointEvaluationMaxPerRun, never
+    exceeded) and marks the job pending, so no failure can leave a counted step's evaluation unknown. S3's
+    Object Created event of a checkpoint may come twice, or after a later one's (EventBridge delivers at
+    least once, in no set order): a step counts once, and only after the job's last counted step."""
+    name = job_name(training_job, step)
+    limit, every = config.checkpoint_eval_max_per_run, config.checkpoint_eval_every
+    for _ in range(CLAIM_ATTEMPTS):
+        found = runs.get_run(dataset, run_id, table_name=config.runs_table, client=dynamodb)
+        if found is None or found["status"] not in runs.ACTIVE_STATUSES:
+            return {"action": "ignored", "reason": f"run {run_id} is not active"}
+        record = cast(Mapping[str, Any], found)
+        if name in record.get(runs.PENDING_EVALUATIONS, ()):
+            return None
+        started = int(record.get(runs.STARTED_EVALUATIONS, 0))
+        if started >= limit:
+            return {"action": "skipped", "reason": _limit_reason(config)}
+        if COUNTS not in record or LAST_STEPS not in record:
+            _init_counts(dataset, run_id, config=config, dynamodb=dynamodb)
+            continue
+        last = record[LAST_STEPS].get(training_job)
+        if last is not None and int(last) >= step:
+            return {"action": "duplicate", "reason": f"step {step} of {training_job} was counted already"}
+        previous = int(record[COUNTS].get(training_job, 0))
+        due = (previous + 1) % every == 0
+        update = "SET #counts.#job = :count, #last.#job = :step"
+        condition = (
+            "attribute_exists(#counts) AND attribute_exists(#last) "
+            "AND (attribute_not_exists(#last.#job) OR #last.#job < :step) AND "
+            + ("#counts.#job = :previous" if previous else "attribute_not_exists(#counts.#job)")
+        )
+        attribute_names = {"#counts": COUNTS, "#last": LAST_STEPS, "#job": training_job}
+        values: dict[str, Any] = {":count": previous + 1, ":step": step}
+        if previous:
+            values[":previous"] = previous
+        if due:
+            update += " ADD #started :one, #pending :name"
+            condition += " AND (attribute_not_exists(#started) OR #started < :limit)"
+            attribute_names |= {"#started": runs.STARTED_EVALUATIONS, "#pending": runs.PENDING_EVALUATIONS}
+            values |= {":one": 1, ":name": {name}, ":limit": limit}
+        try:
+            dynamodb.update_item(
+                TableName=config.runs_table,
+                Key=serialize({names.RUNS_PK: dataset, names.RUNS_SK: run_id}),
+                UpdateExpression=update,
+                ConditionExpression=condition,
+                ExpressionAttributeNames=attribute_names,
+                ExpressionAttributeValues=serialize(values),
+            )
+        except dynamodb.exceptions.ConditionalCheckFailedException:
+            continue  # another delivery counted or claimed meanwhile: read again
+        if not due:
+            return {
+                "action": "skipped",
+                "reason": f"checkpoint {previous + 1} of {training_job}; every {every}th",
+            }
+        return None
+    raise RuntimeError(f"the counts of run {run_id} kept changing under step {step} of {training_job}")
 
 
 def processing_request(
@@ -199,10 +238,22 @@ def keep_checkpoint(
         )
     except ClientError as error:
         code = error.response["Error"]["Code"]
-        if code in ("NoSuchKey", "NoSuchVersion", "404", "InvalidRequest"):
+        if code not in ("NoSuchKey", "NoSuchVersion", "404", "InvalidRequest"):
+            raise
+        if not _copied(copy_key, config=config, s3=s3):
             raise CheckpointGoneError(f"{key} (version {version or 'current'}) is gone: {code}") from error
-        raise
     return f"s3://{config.artifact_bucket}/{copy_key}"
+
+
+def _copied(copy_key: str, *, config: Config, s3: S3Client) -> bool:
+    """Whether an earlier delivery of the checkpoint's event copied it (then it may have made its job)."""
+    try:
+        s3.head_object(Bucket=config.artifact_bucket, Key=copy_key)
+    except ClientError as error:
+        if error.response["Error"]["Code"] in ("404", "NoSuchKey"):
+            return False
+        raise
+    return True
 
 
 def _limit_reason(config: Config) -> str:
@@ -210,31 +261,6 @@ def _limit_reason(config: Config) -> str:
         f"the run started its {config.checkpoint_eval_max_per_run} checkpoint evaluations "
         "(CheckpointEvaluationMaxPerRun)"
     )
-
-
-def _not_due(
-    dataset: str, run_id: str, job: str, step: int, *, config: Config, dynamodb: DynamoDBClient
-) -> dict[str, Any] | None:
-    """Why this checkpoint starts no evaluation, or None once the run's count holds its place."""
-    record = runs.get_run(dataset, run_id, table_name=config.runs_table, client=dynamodb)
-    if record is None or record["status"] not in ("STARTING", "RUNNING"):
-        return {"action": "ignored", "reason": f"run {run_id} is not active"}
-    limit = config.checkpoint_eval_max_per_run
-    if int(record.get("checkpoint_evaluations_started", 0)) >= limit:
-        return {"action": "skipped", "reason": _limit_reason(config)}
-    count = _count(dataset, run_id, job, step, config=config, dynamodb=dynamodb)
-    if count is None:
-        return {"action": "duplicate", "reason": f"step {step} of {job} was counted already"}
-    if count % config.checkpoint_eval_every != 0:
-        return {
-            "action": "skipped",
-            "reason": f"checkpoint {count} of {job}; every {config.checkpoint_eval_every}th",
-        }
-    if not runs.claim_checkpoint_evaluation(
-        dataset, run_id, limit=limit, table_name=config.runs_table, client=dynamodb
-    ):
-        return {"action": "skipped", "reason": _limit_reason(config)}
-    return None
 
 
 def on_checkpoint(
@@ -253,9 +279,10 @@ def on_checkpoint(
     if detail.get("size") == 0:
         return {"action": "ignored", "reason": "an ended trial's checkpoint, emptied (job_ended.py)"}
     dataset, run_id, job, step = match["dataset"], match["run_id"], match["job"], int(match["step"])
-    skip = _not_due(dataset, run_id, job, step, config=config, dynamodb=dynamodb)
+    skip = count_and_claim(dataset, run_id, job, step, config=config, dynamodb=dynamodb)
     if skip is not None:
         return skip
+    # The job's name is the checkpoint's own: a retry or a copy of the event makes it at most once.
     name = job_name(job, step)
     try:
         copy = keep_checkpoint(
@@ -280,15 +307,25 @@ def on_checkpoint(
         )
         sagemaker.create_processing_job(**request)
     except (CheckpointGoneError, ClientError) as error:
-        runs.release_checkpoint_evaluation(dataset, run_id, table_name=config.runs_table, client=dynamodb)
-        return _not_started(name, key, error)
+        result = _not_started(name, key, error)  # or raised: the place stays pending, for the retry
+        if result["action"] == "duplicate":  # an earlier delivery made the job
+            runs.checkpoint_evaluation_made(
+                dataset, run_id, name, table_name=config.runs_table, client=dynamodb
+            )
+        else:
+            runs.release_checkpoint_evaluation(
+                dataset, run_id, name, table_name=config.runs_table, client=dynamodb
+            )
+        return result
+    runs.checkpoint_evaluation_made(dataset, run_id, name, table_name=config.runs_table, client=dynamodb)
     metrics.add_metric(name=names.METRIC_CHECKPOINT_EVALS, unit="Count", value=1)
     logger.info("checkpoint evaluation started", extra={"job": name, "step": step, "training_job": job})
     return {"action": "started", "job": name, "step": step}
 
 
 def _not_started(name: str, key: str, error: CheckpointGoneError | ClientError) -> dict[str, Any]:
-    """What became of a checkpoint whose evaluation did not start (its place given back), or the error."""
+    """What became of a checkpoint whose evaluation did not start, or the error (a throttle, a time-out:
+    the event's retry makes the job)."""
     if isinstance(error, CheckpointGoneError):
         logger.warning("checkpoint not evaluated", extra={"key": key, "reason": str(error)})
         return {"action": "skipped", "reason": str(error)}
@@ -296,8 +333,8 @@ def _not_started(name: str, key: str, error: CheckpointGoneError | ClientError) 
     if "already exists" in str(error) or code == "ResourceInUse":
         return {"action": "duplicate", "job": name}
     if code == "ResourceLimitExceeded":
-        # The account's Processing quota is full: this checkpoint goes unevaluated (a retry would count it
-        # as another checkpoint of the job); the run's own jobs are not affected.
+        # The account's Processing quota is full: this checkpoint goes unevaluated, its place given back;
+        # the run's own jobs are not affected.
         logger.warning("checkpoint evaluation not started", extra={"job": name, "reason": str(error)})
         return {"action": "not-started", "job": name, "reason": str(error)}
     raise error

@@ -112,7 +112,10 @@ class RunRecord(TypedDict, total=False):
     checkpoint_evaluation_jobs: list[str]  # the evaluation jobs those points came from, each once
     mlflow_children: dict[str, str]  # training job -> its MLflow child run, set once per job
     checkpoint_evaluations_started: int  # the run's checkpoint evaluation jobs, counted against that bound
+    # evaluation jobs counted there that a delivery may not have made yet (a retry makes them)
+    checkpoint_evaluations_pending: list[str]
     checkpoint_counts: dict[str, int]  # checkpoints seen per training job (every Nth is evaluated)
+    checkpoint_last_steps: dict[str, int]  # the last step counted per training job
     gate: Gate
     model_package_arn: str
     failure: Failure
@@ -120,6 +123,8 @@ class RunRecord(TypedDict, total=False):
     tracking_warnings: list[str]  # what MLflow tracking could not do (at most tracking.MAX_WARNINGS)
     tracking_done_at: str  # names.RUN_TRACKING_DONE_AT: the run's end is tracked (or warned about)
 
+
+STARTED_EVALUATIONS, PENDING_EVALUATIONS = "checkpoint_evaluations_started", "checkpoint_evaluations_pending"
 
 _serializer = TypeSerializer()
 _deserializer = TypeDeserializer()
@@ -221,21 +226,36 @@ def update_run(
     *,
     table_name: str,
     client: DynamoDBClient | None = None,
-) -> None:
-    """Set `fields` on an existing run record (an absent record is an error, never created here)."""
+    if_status: tuple[RunStatus, ...] = (),
+) -> bool:
+    """Set `fields` on an existing run record (an absent record is an error, never created here); with
+    `if_status`, only while the record's status is one of those: whether they were set (of concurrent
+    callers, one sets them)."""
     if not fields:
-        return
+        return True
+    dynamodb = _client(client)
     attribute_names = {f"#f{i}": name for i, name in enumerate(fields)}
     attribute_values = {f":v{i}": value for i, value in enumerate(fields.values())}
     assignments = ", ".join(f"#f{i} = :v{i}" for i in range(len(fields)))
-    _client(client).update_item(
-        TableName=table_name,
-        Key=serialize({names.RUNS_PK: dataset, names.RUNS_SK: run_id}),
-        UpdateExpression=f"SET {assignments}",
-        ConditionExpression="attribute_exists(#sk)",
-        ExpressionAttributeNames={**attribute_names, "#sk": names.RUNS_SK},
-        ExpressionAttributeValues=serialize(attribute_values),
-    )
+    condition = "attribute_exists(#sk)"
+    if if_status:
+        attribute_names["#status"] = "status"
+        attribute_values |= {f":s{i}": status for i, status in enumerate(if_status)}
+        condition += f" AND #status IN ({', '.join(f':s{i}' for i in range(len(if_status)))})"
+    try:
+        dynamodb.update_item(
+            TableName=table_name,
+            Key=serialize({names.RUNS_PK: dataset, names.RUNS_SK: run_id}),
+            UpdateExpression=f"SET {assignments}",
+            ConditionExpression=condition,
+            ExpressionAttributeNames={**attribute_names, "#sk": names.RUNS_SK},
+            ExpressionAttributeValues=serialize(attribute_values),
+        )
+    except dynamodb.exceptions.ConditionalCheckFailedException:
+        if not if_status:
+            raise
+        return False
+    return True
 
 
 def _update_if(
@@ -347,6 +367,15 @@ def add_warning(
     )
 
 
+def _failed(error: str, cause: str, at: str) -> dict[str, Any]:
+    return {
+        "status": "FAILED",
+        "finished_at": at,
+        "updated_at": at,
+        "failure": {"error": error, "cause": cause},
+    }
+
+
 def mark_failed(
     dataset: str,
     run_id: str,
@@ -359,18 +388,25 @@ def mark_failed(
     extra: Mapping[str, Any] | None = None,
 ) -> None:
     """End a run FAILED with the error and why (what the CLI prints), and any `extra` fields."""
-    update_run(
-        dataset,
-        run_id,
-        {
-            "status": "FAILED",
-            "finished_at": at,
-            "updated_at": at,
-            "failure": {"error": error, "cause": cause},
-            **(extra or {}),
-        },
-        table_name=table_name,
-        client=client,
+    fields = {**_failed(error, cause, at), **(extra or {})}
+    update_run(dataset, run_id, fields, table_name=table_name, client=client)
+
+
+def fail_active_run(
+    dataset: str,
+    run_id: str,
+    *,
+    error: str,
+    cause: str,
+    at: str,
+    table_name: str,
+    client: DynamoDBClient | None = None,
+) -> bool:
+    """mark_failed while the record still says STARTING or RUNNING: whether this call ended the run (of
+    two concurrent callers, one does)."""
+    fields = _failed(error, cause, at)
+    return update_run(
+        dataset, run_id, fields, table_name=table_name, client=client, if_status=ACTIVE_STATUSES
     )
 
 
@@ -419,42 +455,34 @@ def append_checkpoint_evaluation(
     return True
 
 
-def claim_checkpoint_evaluation(
-    dataset: str, run_id: str, *, limit: int, table_name: str, client: DynamoDBClient | None = None
-) -> bool:
-    """Count one more checkpoint evaluation job of the run, atomically, while fewer than `limit` were
-    counted; False when the run has used its `limit` (or has no record)."""
-    dynamodb = _client(client)
-    try:
-        dynamodb.update_item(
-            TableName=table_name,
-            Key=serialize({names.RUNS_PK: dataset, names.RUNS_SK: run_id}),
-            UpdateExpression="ADD #started :one",
-            ConditionExpression=(
-                "attribute_exists(#sk) AND (attribute_not_exists(#started) OR #started < :limit)"
-            ),
-            ExpressionAttributeNames={"#started": "checkpoint_evaluations_started", "#sk": names.RUNS_SK},
-            ExpressionAttributeValues=serialize({":one": 1, ":limit": limit}),
-        )
-    except dynamodb.exceptions.ConditionalCheckFailedException:
-        return False
-    return True
-
-
 def release_checkpoint_evaluation(
-    dataset: str, run_id: str, *, table_name: str, client: DynamoDBClient | None = None
+    dataset: str, run_id: str, job: str, *, table_name: str, client: DynamoDBClient | None = None
 ) -> None:
-    """Give back a claimed checkpoint evaluation that started no job (never below zero)."""
+    """Give back the place the evaluation `job` claimed (checkpoint_eval.py) and started no job with; once
+    however often it is called."""
     dynamodb = _client(client)
     with contextlib.suppress(dynamodb.exceptions.ConditionalCheckFailedException):
         dynamodb.update_item(
             TableName=table_name,
             Key=serialize({names.RUNS_PK: dataset, names.RUNS_SK: run_id}),
-            UpdateExpression="ADD #started :minus",
-            ConditionExpression="#started > :zero",
-            ExpressionAttributeNames={"#started": "checkpoint_evaluations_started"},
-            ExpressionAttributeValues=serialize({":minus": -1, ":zero": 0}),
+            UpdateExpression="ADD #started :minus DELETE #pending :job",
+            ConditionExpression="contains(#pending, :name)",
+            ExpressionAttributeNames={"#started": STARTED_EVALUATIONS, "#pending": PENDING_EVALUATIONS},
+            ExpressionAttributeValues=serialize({":minus": -1, ":job": {job}, ":name": job}),
         )
+
+
+def checkpoint_evaluation_made(
+    dataset: str, run_id: str, job: str, *, table_name: str, client: DynamoDBClient | None = None
+) -> None:
+    """The evaluation `job` exists: its place stays taken and a later delivery has nothing left to do."""
+    _client(client).update_item(
+        TableName=table_name,
+        Key=serialize({names.RUNS_PK: dataset, names.RUNS_SK: run_id}),
+        UpdateExpression="DELETE #pending :job",
+        ExpressionAttributeNames={"#pending": PENDING_EVALUATIONS},
+        ExpressionAttributeValues=serialize({":job": {job}}),
+    )
 
 
 def add_job_time(

@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import pytest
 from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, ReadTimeoutError
 
 from controller import checkpoint_eval, names, runs
 from retrain_contract import container
@@ -136,6 +137,126 @@ def test_a_full_processing_quota_leaves_the_checkpoint_unevaluated_and_the_place
     assert _record(aws)["checkpoint_evaluations_started"] == 0
 
 
+class _LambdaStoppedError(Exception):
+    """The function's time ran out (Lambda stops it; the event is delivered again)."""
+
+
+class _SageMakerNames:
+    """SageMaker's CreateProcessingJob as AWS answers it: a name in use is refused (ResourceInUse; moto
+    replaces the job), and the first call may fail; else moto's SageMaker. `made` counts the jobs made."""
+
+    def __init__(self, sagemaker: Any, *, fault: str = "", before: Any = None) -> None:
+        self._sagemaker = sagemaker
+        self.fault, self.before, self.made = fault, before, 0
+
+    def create_processing_job(self, **request: Any) -> dict[str, Any]:
+        if self.before is not None:  # something that happens just before the first call
+            before, self.before = self.before, None
+            before()
+        fault, self.fault = self.fault, ""
+        if fault == "throttled":
+            error = {"Code": "ThrottlingException", "Message": "Rate exceeded"}
+            raise ClientError({"Error": error}, "CreateProcessingJob")
+        if fault == "crashed":
+            raise _LambdaStoppedError
+        name = request["ProcessingJobName"]
+        known = self._sagemaker.list_processing_jobs()["ProcessingJobSummaries"]
+        if name in {j["ProcessingJobName"] for j in known}:
+            error = {"Code": "ResourceInUse", "Message": f"Processing job {name} already exists"}
+            raise ClientError({"Error": error}, "CreateProcessingJob")
+        made = self._sagemaker.create_processing_job(**request)
+        self.made += 1
+        if fault == "answer-lost":  # the job is made, its answer lost to a read time-out
+            raise ReadTimeoutError(endpoint_url="https://api.sagemaker.us-east-1.amazonaws.com")
+        return dict(made)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sagemaker, name)
+
+
+def _jobs(aws: Any) -> list[str]:
+    return [j["ProcessingJobName"] for j in aws.sagemaker.list_processing_jobs()["ProcessingJobSummaries"]]
+
+
+@pytest.mark.parametrize(
+    ("fault", "raised", "retried"),
+    [
+        ("throttled", ClientError, "started"),  # refused: no job
+        ("crashed", _LambdaStoppedError, "started"),  # stopped between counting the step and making its job
+        ("answer-lost", ReadTimeoutError, "duplicate"),  # the job made, the answer lost
+    ],
+)
+def test_a_checkpoint_whose_job_was_not_made_is_evaluated_by_the_events_redelivery(
+    aws, config, fault, raised, retried
+):
+    # GIVEN a running run evaluating every checkpoint, and SageMaker whose first CreateProcessingJob fails
+    _running_run(aws)
+    cfg = _config(config)
+    sagemaker = _SageMakerNames(aws.sagemaker, fault=fault)
+    event = _write_checkpoint(aws, "job-1", 100)
+    # WHEN the checkpoint's event fails, and Lambda delivers it again (then once more)
+    with pytest.raises(raised):
+        _handle(event, aws, cfg, sagemaker)
+    actions = [_handle(event, aws, cfg, sagemaker)["action"] for _ in range(2)]
+    # THEN the checkpoint has its one evaluation job, holding one place of the run's, and nothing pending
+    assert actions == [retried, "duplicate"]
+    assert (_jobs(aws), sagemaker.made) == ([checkpoint_eval.job_name("job-1", 100)], 1)
+    record = _record(aws)
+    assert record["checkpoint_evaluations_started"] == 1
+    assert record.get("checkpoint_evaluations_pending", []) == []
+
+
+def test_a_checkpoint_event_delivered_again_after_its_job_started_makes_no_second_one(aws, config):
+    # GIVEN a running run evaluating every checkpoint, a place left for each
+    _running_run(aws)
+    cfg = _config(config)
+    sagemaker = _SageMakerNames(aws.sagemaker)
+    event = _write_checkpoint(aws, "job-1", 100)
+    # WHEN its event comes three times
+    actions = [_handle(event, aws, cfg, sagemaker)["action"] for _ in range(3)]
+    # THEN one job is made, and one place taken
+    assert actions == ["started", "duplicate", "duplicate"]
+    assert (_jobs(aws), sagemaker.made) == ([checkpoint_eval.job_name("job-1", 100)], 1)
+    assert _record(aws)["checkpoint_evaluations_started"] == 1
+
+
+def test_a_copy_handled_while_the_first_makes_the_job_makes_it_once(aws, config):
+    # GIVEN a checkpoint's event delivered twice, the copy handled entirely after the first delivery
+    # claimed the checkpoint's place and before it makes the job
+    _running_run(aws)
+    cfg = _config(config)
+    event = _write_checkpoint(aws, "job-1", 100)
+    copies: list[dict[str, Any]] = []
+    sagemaker = _SageMakerNames(aws.sagemaker)
+    sagemaker.before = lambda: copies.append(_handle(event, aws, cfg, sagemaker))
+    # WHEN the first goes on
+    first = _handle(event, aws, cfg, sagemaker)
+    # THEN one of the two made the job, the other found it made; one place is taken
+    assert sorted([first["action"], copies[0]["action"]]) == ["duplicate", "started"]
+    assert (_jobs(aws), sagemaker.made) == ([checkpoint_eval.job_name("job-1", 100)], 1)
+    assert _record(aws)["checkpoint_evaluations_started"] == 1
+
+
+def test_a_job_made_before_its_checkpoint_was_pruned_keeps_its_place(aws, config):
+    # GIVEN a run allowed one evaluation, whose first checkpoint's job was made but its answer lost
+    _running_run(aws)
+    cfg = _config(config, most=1)
+    sagemaker = _SageMakerNames(aws.sagemaker, fault="answer-lost")
+    event = _write_checkpoint(aws, "job-1", 100)
+    with pytest.raises(ReadTimeoutError):
+        _handle(event, aws, cfg, sagemaker)
+    # AND the trainer pruned that checkpoint for good before the event came again
+    detail = event.detail["object"]
+    aws.s3.delete_object(Bucket=aws.artifact_bucket, Key=detail["key"], VersionId=detail["version-id"])
+    # WHEN the event comes again, then a later checkpoint's
+    again = _handle(event, aws, cfg, sagemaker)
+    later = _handle(_write_checkpoint(aws, "job-1", 200), aws, cfg, sagemaker)
+    # THEN the retry finds the job made (from the copy it read), and the run's one place stays taken
+    assert (again["action"], later["action"]) == ("duplicate", "skipped")
+    assert _jobs(aws) == [checkpoint_eval.job_name("job-1", 100)]
+    assert _record(aws)["checkpoint_evaluations_started"] == 1
+
+
 def _evaluation_failed(aws: Any, step: int) -> EventBridgeEvent:
     """The failed evaluation's state change as SageMaker sends it (no tags: the job has them)."""
     name = checkpoint_eval.job_name("job-1", step)
@@ -158,6 +279,17 @@ def test_the_runs_curve_holds_at_most_checkpoint_evaluation_max_per_run_points(a
     # THEN the record keeps three points and says the others were not recorded
     assert [r["action"] for r in results] == ["recorded"] * 3 + ["not-recorded"] * 2
     assert [p["step"] for p in _record(aws)["checkpoint_evaluations"]] == [100, 200, 300]
+
+
+def test_an_evaluations_end_delivered_twice_is_one_point_of_the_curve(aws, config):
+    # GIVEN a running run whose curve has room for three points
+    _running_run(aws)
+    cfg = _config(config, most=3)
+    # WHEN an evaluation's end comes twice, before another's (the curve is not full for the copy)
+    results = [_handle(_evaluation_failed(aws, step), aws, cfg) for step in (100, 100, 200)]
+    # THEN the copy adds no point
+    assert [r["action"] for r in results] == ["recorded", "not-recorded", "recorded"]
+    assert [p["step"] for p in _record(aws)["checkpoint_evaluations"]] == [100, 200]
 
 
 class _Trials:
