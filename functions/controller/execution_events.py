@@ -61,12 +61,17 @@ def on_execution_end(
     moment = now or datetime.now(UTC)
     at = moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     record = runs.get_run(dataset, run_id, table_name=config.runs_table, client=dynamodb)
-    unrecorded = record is not None and record["status"] in runs.ACTIVE_STATUSES
     cause = _cause(status, detail)
-    if unrecorded:
-        runs.mark_failed(
+    # Closed under a condition on its status: of two copies of the event that both read it active, one
+    # closes (and announces) it.
+    unrecorded = (
+        record is not None
+        and record["status"] in runs.ACTIVE_STATUSES
+        and runs.fail_active_run(
             dataset, run_id, error=status, cause=cause, at=at, table_name=config.runs_table, client=dynamodb
         )
+    )
+    if unrecorded:
         metrics.add_metric(name=names.METRIC_RUNS_FAILED, unit="Count", value=1)
     updates: dict[str, Any] = {"last_run": run_id, "last_run_status": status}
     if status == "FAILED":  # as "Record the failure" does: a broken run must not restart at once

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import re
 import tempfile
+from datetime import UTC, datetime
 
 import pytest
 from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent
@@ -673,6 +674,42 @@ def test_a_timed_out_run_delivered_twice_is_closed_and_announced_once(aws, confi
     assert [r["notified"] for r in results] == [True, False]
     assert [r["action"] for r in results] == ["released", "not-held"]
     assert len(_notices(url)) == 1
+
+
+def test_two_copies_of_an_executions_end_that_read_the_run_active_announce_it_once(aws, config):
+    # GIVEN a running run whose execution timed out, its end event delivered twice at once: the second
+    # copy read the run as active, then the first was handled entirely before the second went on
+    from controller import execution_events
+
+    url = _subscribe(aws)
+    datasets.acquire("flowers", "flowers-00003", "t", table_name=aws.datasets_table, client=aws.dynamodb)
+    runs.put_run(
+        {"dataset": "flowers", "run_id": "flowers-00003", "status": "RUNNING"},
+        table_name=aws.runs_table,
+        client=aws.dynamodb,
+    )
+    event = _status_change("TIMED_OUT", "flowers-00003", "flowers")
+    first_at, second_at = datetime(2026, 1, 1, 10, 0, tzinfo=UTC), datetime(2026, 1, 1, 10, 0, 1, tzinfo=UTC)
+    first: list[dict] = []
+
+    def first_copy(**_) -> None:
+        if not first:  # after the second copy's read of the run only
+            first.append({})
+            first[0] = execution_events.on_execution_end(
+                event, config=config, dynamodb=aws.dynamodb, sns=aws.sns, now=first_at
+            )
+
+    aws.dynamodb.meta.events.register("after-call.dynamodb.GetItem", first_copy)
+    # WHEN the second copy goes on
+    second = execution_events.on_execution_end(
+        event, config=config, dynamodb=aws.dynamodb, sns=aws.sns, now=second_at
+    )
+    # THEN the first closed and announced the run, the second did neither
+    assert [first[0]["notified"], second["notified"]] == [True, False]
+    assert len(_notices(url)) == 1
+    record = runs.get_run("flowers", "flowers-00003", table_name=aws.runs_table, client=aws.dynamodb)
+    assert record is not None and record["status"] == "FAILED"
+    assert record["finished_at"] == first_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def test_a_stopped_execution_is_announced(aws, config):
