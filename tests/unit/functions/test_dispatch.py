@@ -44,6 +44,22 @@ def _upload(aws, config, events_dir, key, *, time="2026-01-01T10:00:00Z", sequen
     )
 
 
+def test_the_oldest_and_newest_pending_uploads_are_read_from_every_index_partition(aws, config, events_dir):
+    # GIVEN two uploads 12 seconds apart whose keys lie in different partitions of the pending index (as
+    # many as the data set has: its first upload fixed them)
+    oldest = "data/flowers/daisy/a.jpg"
+    _upload(aws, config, events_dir, oldest, time="2026-01-01T10:00:05Z")
+    parts = datasets.partitions("flowers", table_name=aws.datasets_table, client=aws.dynamodb)
+    assert parts.index_shards > 1
+    candidates = (f"data/flowers/tulip/{i}.jpg" for i in range(1000))
+    newest = next(key for key in candidates if parts.index_of(key) != parts.index_of(oldest))
+    _upload(aws, config, events_dir, newest, time="2026-01-01T10:00:17Z", sequencer="0B")
+    # WHEN the dispatcher reads what waits
+    stats = ledger.pending_stats(parts, "", limit=100, table_name=aws.ledger_table, client=aws.dynamodb)
+    # THEN its quiet period and maximum wait start from those two, to the microsecond
+    assert stats == ledger.PendingStats(2, "2026-01-01T10:00:05.000000Z", "2026-01-01T10:00:17.000000Z")
+
+
 def test_a_dispatch_that_stopped_before_start_execution_is_resumed_with_the_same_name(
     aws, config, events_dir
 ):

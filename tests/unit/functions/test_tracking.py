@@ -289,19 +289,22 @@ def test_a_copy_that_records_the_child_another_made_keeps_it(aws, config, mlflow
     jobs = _one_ended_trial(aws)
     real_set_key_once = runs.set_key_once
     copies: list[dict[str, Any]] = []
+    made: list[str] = []  # the child the first copy made, before the second copy runs
 
     def set_key_once(*args: Any, **kwargs: Any) -> bool:
         if not copies:
             copies.append({})
+            made.extend(r.info.run_id for r in _children_of_the_trial(mlflow_client))
             copies[0] = _track_job(_job_ended("tune-001"), aws, config, mlflow_client, jobs)
         return real_set_key_once(*args, **kwargs)
 
     monkeypatch.setattr(runs, "set_key_once", set_key_once)
     # WHEN the first copy goes on and loses the record to the second
     first = _track_job(_job_ended("tune-001"), aws, config, mlflow_client, jobs)
-    # THEN the child both name is the one it made, and it is still there, logged and ended
+    # THEN the child both name is the one it made (the second adopted it), and it is still there, logged
+    # and ended
     assert first["action"] == copies[0]["action"] == "tracked"
-    assert first["mlflow_run_id"] == copies[0]["mlflow_run_id"]
+    assert len(made) == 1 and first["mlflow_run_id"] == copies[0]["mlflow_run_id"] == made[0]
     found = _children_of_the_trial(mlflow_client)
     assert [r.info.run_id for r in found] == [first["mlflow_run_id"]]
     assert found[0].info.status == "FINISHED"
