@@ -48,7 +48,7 @@ lint: setup
 validate: setup package-check
 	@if [ -f template.yaml ]; then \
 	  $(BIN)/sam validate --lint --template template.yaml --region $(AWS_DEFAULT_REGION) && \
-	  $(BIN)/cfn-lint template.yaml; \
+	  $(BIN)/cfn-lint template.yaml nested/*.yaml; \
 	else echo "validate: no template.yaml yet"; fi
 	$(BIN)/python -m retrain.dev.iam_check
 	@for f in statemachine/*.asl.json; do \

@@ -37,6 +37,10 @@ DEPLOY_ACTIONS: Final = (
     "cloudformation:GetTemplateSummary",
     "cloudformation:ListStackResources",
     "cloudformation:ValidateTemplate",
+    # the nested stacks (nested/: the MLflow app, the FSx file system), made with the deployer's rights
+    "cloudformation:CreateStack",
+    "cloudformation:UpdateStack",
+    "cloudformation:DeleteStack",
     "s3:CreateBucket",
     "s3:GetObject",
     "s3:PutObject",

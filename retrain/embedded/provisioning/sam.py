@@ -11,6 +11,7 @@ does not implement is filled in around it, each in one place:
   (:mod:`.external`, evaluating intrinsics with :mod:`.intrinsics`);
 - state machine ``DefinitionSubstitutions`` become an ``Fn::Sub`` moto resolves (here);
 - the template's parameters and Rules are checked first (:mod:`.parameters`);
+- nested stacks' resources are created in the one stack, under the nested stack's Condition (:mod:`.nested`);
 - bucket versioning and notification configuration (S3 -> EventBridge/SQS) are applied after creation;
 - Lambda functions, SQS event-source mappings and scheduled rules are wired to the embedded Lambda
   runtime (:mod:`.wiring`), and moto's own inline SQS -> Lambda delivery is switched off; the runtime
@@ -33,6 +34,7 @@ from typing import Any, Final
 import yaml
 
 from retrain.embedded.account import ACCOUNT_ID
+from retrain.embedded.provisioning.nested import inline_nested_stacks
 
 DEPLOY_BUCKET: Final = "retrain-embedded-deployment"
 
@@ -92,11 +94,12 @@ def _zip_dir(directory: Path, *, prefix: str = "") -> bytes:
 
 
 def package(template: dict[str, Any], base_dir: Path, s3_client: Any) -> dict[str, Any]:
-    """What ``sam package`` does: code to S3, state machine definitions inline.
+    """What ``sam package`` does: code to S3, state machine definitions inline, nested stacks' templates
+    (created in place here, :mod:`.nested`).
 
     The archives hold the CodeUri and ContentUri sources (moto keeps them as the functions' code, and
     nothing runs them): what the Lambda runtime runs is ``sam build``'s output (:mod:`.build`)."""
-    out = copy.deepcopy(template)
+    out = inline_nested_stacks(template, base_dir)
     global_code = out.get("Globals", {}).get("Function", {}).get("CodeUri")
     uploaded: dict[Path, str] = {}
     for logical_id, resource in out["Resources"].items():

@@ -44,7 +44,7 @@ def mutated_template(tmp_path: Path, old: str, new: str) -> Path:
     folder = tmp_path / "template"
     folder.mkdir()
     (folder / "template.yaml").write_text(text.replace(old, new), encoding="utf-8")
-    for name in ("functions", "contract", "statemachine", "layers"):
+    for name in ("functions", "contract", "statemachine", "layers", "nested"):
         (folder / name).symlink_to(REPO_ROOT / name)
     return folder / "template.yaml"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +28,7 @@ def _copy(tmp_path: Path, old: str, new: str, *, asl: tuple[str, str] | None = N
     (tmp_path / "template.yaml").write_text(text.replace(old, new))
     for name in ("functions", "contract", "layers"):
         (tmp_path / name).symlink_to(REPO / name)
+    shutil.copytree(REPO / "nested", tmp_path / "nested")  # a copy: a test may change a nested stack
     machine = (REPO / "statemachine" / "training.asl.json").read_text()
     if asl is not None:
         assert asl[0] in machine, asl[0]
@@ -177,8 +179,9 @@ def test_a_tracking_role_without_its_mlflow_app_or_the_artifact_store_is_found(
         "                - sagemaker:CallMlflowAppApi\n",
         "",
     )
-    template.write_text(
-        template.read_text().replace(
+    app = template.parent / "nested" / "mlflow-app.yaml"  # the app and its role are a nested stack
+    app.write_text(
+        app.read_text().replace(
             "                Action: [s3:GetObject, s3:PutObject, s3:DeleteObject]\n",
             "                Action: [s3:GetObject, s3:DeleteObject]\n",
         )
