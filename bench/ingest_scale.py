@@ -12,8 +12,12 @@ Two measurements, side by side in one run:
    uploads/s of one data set with IngestMaxConcurrency 2, 4 and 16 (2 is ScalingConfig's minimum), on this
    machine's cores; moto's pace, so the ratio is the honest part.
 
-From (1) and AWS's documented latencies and quotas (docs/INGEST_QUOTAS.md) it projects the first load of
-10^6 and 10^7 uploads at the template's IngestMaxConcurrency, naming the quota that binds.
+From (1) and AWS's documented latencies and quotas (docs/INGEST_QUOTAS.md, retrain/quotas.py) it projects
+the first load of 10^6 and 10^7 uploads at the template's IngestMaxConcurrency in every region that offers
+SageMaker (EventBridge's invocation quota differs by region), with the ledger left at DynamoDB's free
+default throughput (LedgerWarmWriteUnits 0: 4,000 write units/s at once, doubling every 30 minutes) and
+pre-warmed to 8,000, naming the quota that binds; and each ledger key's share of a partition's 1,000 write
+units/s at the projected rate (the keys' spread computed with the ledger's own hash over 10^6 uploads).
 
     .venv/bin/python bench/ingest_scale.py [--uploads 1000] [--embedded-uploads 400] [--append BENCHMARKS.md]
 """
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import importlib
 import json
 import logging
@@ -50,8 +55,10 @@ os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")
 from controller import datasets, ingest, ledger, names
 from controller.config import from_environ
 from controller.observability import metrics
+from retrain import quotas
 from retrain.dev.template_model import default_environment
-from retrain_contract.ledger import LEDGER_SHARDS
+from retrain.managed_debugger import sagemaker_regions
+from retrain_contract.ledger import LEDGER_SHARDS, Partitions
 
 ROOT = Path(__file__).resolve().parent.parent
 DATASET = "catalogue"
@@ -63,12 +70,14 @@ S3_GET_SECONDS = 0.2  # first byte of a small GET: "100-200 ms" at worst (S3 per
 DYNAMODB_SECONDS = 0.010  # "single-digit millisecond" requests, rounded up
 VCPU_MB = 1769  # a function's CPU share is MemorySize / 1,769 MB of one vCPU
 PARTITION_WRITE_UNITS = 1000  # per partition key, table or index
-INDEX_WARM_WRITE_UNITS = 4000  # a new on-demand index serves this much at once
-S3_GETS_PER_PREFIX = (
-    5500  # per partitioned prefix; a data set's labels (2 at least) are prefixes of their own
-)
-EVENTBRIDGE_INVOCATIONS = 18_750  # rule target invocations/s, us-east-1
-LAMBDA_CONCURRENCY = 1000  # account default per Region; the SQS event source's ceiling is the same
+NEW_TABLE_WRITE_UNITS = 4000  # a new on-demand table, and a new index, serve this much at once ...
+DOUBLING_SECONDS = 1800  # ... and double their previous peak within 30 minutes
+# A new bucket is not pre-partitioned: until S3 splits it (AWS gives no time), the whole bucket is one
+# prefix's 5,500 GETs/s and 3,500 PUTs/s; the projection holds the first load to that throughout.
+S3_GETS_PER_PREFIX = 5500
+S3_PUTS_PER_PREFIX = 3500
+WARM_WRITE_UNITS = 8000  # the LedgerWarmWriteUnits a first load at full speed needs (template.yaml)
+SPREAD_UPLOADS = 10**6  # uploads whose keys' spread over the ledger's partition keys is computed
 
 
 def template() -> dict[str, Any]:
@@ -210,45 +219,122 @@ def measure_cost(uploads: int, side: int) -> Cost:
         server.wait()
 
 
+@dataclasses.dataclass(frozen=True)
+class Spread:
+    """The busiest partition key's share of a data set's writes, from the ledger's own hash."""
+
+    table: float  # rows and content claims
+    index: float  # pending index entries
+
+
+def spread(uploads: int = SPREAD_UPLOADS) -> Spread:
+    parts = Partitions(DATASET, LEDGER_SHARDS)
+    table: Counter[str] = Counter()
+    index: Counter[str] = Counter()
+    for i in range(uploads):
+        key = names.upload_key(DATASET, f"label{i % LABELS:02d}", f"img-{i:07d}.jpg")
+        etag = hashlib.md5(key.encode(), usedforsecurity=False).hexdigest()
+        table[parts.of(key)] += 1
+        table[parts.of(names.content_claim_key(etag, 50_000 + i % 997))] += 1
+        index[parts.index_of(key)] += 1
+    return Spread(max(table.values()) / (2 * uploads), max(index.values()) / uploads)
+
+
 @dataclasses.dataclass
 class Projection:
     latency_s: float  # one upload, one thread, on AWS
     per_function: float  # uploads/s of one function
-    ceilings: dict[str, float]  # uploads/s each quota allows
+    ceilings: dict[str, float]  # uploads/s each quota allows, whatever the region and the hour
     concurrency: int  # the template's IngestMaxConcurrency
+    table_units: float  # per upload
+    index_units: float
 
-    def rate(self) -> tuple[float, str]:
-        ceilings = {f"IngestMaxConcurrency {self.concurrency}": self.concurrency * self.per_function,
-                    **self.ceilings}  # fmt: skip
+    def rate(self, region: str, warm: int, elapsed_s: float = 0.0) -> tuple[float, str]:
+        """Uploads/s and the quota that binds, in `region`, `elapsed_s` into the load, with the ledger
+        pre-warmed to `warm` write units/s (0: DynamoDB's default, doubling every DOUBLING_SECONDS)."""
+        capacity = max(warm, NEW_TABLE_WRITE_UNITS * 2 ** int(elapsed_s // DOUBLING_SECONDS))
+        source = f"pre-warmed {warm:,}" if warm >= capacity else f"on-demand, {capacity:,} at this hour"
+        invocations = quotas.eventbridge_invocations(region)
+        ceilings = {
+            **self.ceilings,
+            f"EventBridge invocations ({invocations:,}/s in {region})": float(invocations),
+            f"the ledger table's throughput ({source} units/s)": capacity / self.table_units,
+            f"the pending index's throughput ({source} units/s)": capacity / self.index_units,
+        }
         binding = min(ceilings, key=ceilings.__getitem__)
         return ceilings[binding], binding
 
+    def hours(self, uploads: int, region: str, warm: int) -> float:
+        """Hours to record `uploads`, the rate recomputed each time DynamoDB's default capacity doubles."""
+        done, elapsed = 0.0, 0.0
+        while True:
+            rate, _ = self.rate(region, warm, elapsed)
+            step = DOUBLING_SECONDS - elapsed % DOUBLING_SECONDS
+            if done + rate * step >= uploads:
+                return (elapsed + (uploads - done) / rate) / 3600
+            done, elapsed = done + rate * step, elapsed + step
 
-def project(cost: Cost) -> Projection:
+
+def project(cost: Cost, keys: Spread) -> Projection:
     resources = template()
     function = resources["Resources"]["IngestFunction"]["Properties"]
     memory = int(function.get("MemorySize") or resources["Globals"]["Function"]["MemorySize"])
     concurrency = int(resources["Parameters"]["IngestMaxConcurrency"]["Default"])
-    warm = int(resources["Resources"]["LedgerTable"]["Properties"]["WarmThroughput"]["WriteUnitsPerSecond"])
     share = memory / VCPU_MB
     cpu_per_upload = cost.cpu_s / cost.uploads
+    gets = cost.per_upload("GetObject")
     dynamodb_calls = sum(n for op, n in cost.calls.items() if op not in ("GetObject",)) / cost.uploads
-    latency = cost.per_upload("GetObject") * S3_GET_SECONDS + dynamodb_calls * DYNAMODB_SECONDS
+    latency = gets * S3_GET_SECONDS + dynamodb_calls * DYNAMODB_SECONDS
     latency += cpu_per_upload / share
     per_function = min(ingest.RECORD_THREADS / latency, share / cpu_per_upload)
     ceilings = {
-        "the ledger's busiest partition key (1,000 units/s)": PARTITION_WRITE_UNITS
-        / (cost.busiest_share * cost.table_units),
-        f"the ledger's warm throughput ({warm:,} units/s)": warm / cost.table_units,
-        f"the pending index's initial throughput ({INDEX_WARM_WRITE_UNITS:,} units/s)": INDEX_WARM_WRITE_UNITS
-        / cost.index_units,
-        f"S3 GETs, {S3_GETS_PER_PREFIX:,}/s per label prefix, 2 labels": 2
-        * S3_GETS_PER_PREFIX
-        / cost.per_upload("GetObject"),
-        f"EventBridge invocations ({EVENTBRIDGE_INVOCATIONS:,}/s)": float(EVENTBRIDGE_INVOCATIONS),
-        f"Lambda concurrency ({LAMBDA_CONCURRENCY:,})": LAMBDA_CONCURRENCY * per_function,
+        f"IngestMaxConcurrency {concurrency} x {per_function:.0f}/s": concurrency * per_function,
+        f"the ledger's busiest key ({keys.table:.2%} of its writes, 1,000 units/s)": PARTITION_WRITE_UNITS
+        / (keys.table * cost.table_units),
+        f"the index's busiest key ({keys.index:.2%} of its writes, 1,000 units/s)": PARTITION_WRITE_UNITS
+        / (keys.index * cost.index_units),
+        f"S3 GETs ({gets:.2f} per upload) into a bucket S3 has not split yet, {S3_GETS_PER_PREFIX:,}/s": (
+            S3_GETS_PER_PREFIX / gets
+        ),
+        f"S3 PUTs (the uploads themselves) into that bucket, {S3_PUTS_PER_PREFIX:,}/s": float(
+            S3_PUTS_PER_PREFIX
+        ),
+        f"Lambda concurrency ({quotas.LAMBDA_CONCURRENCY:,}, the default; new accounts less)": (
+            quotas.LAMBDA_CONCURRENCY * per_function
+        ),
     }
-    return Projection(latency, per_function, ceilings, concurrency)
+    return Projection(latency, per_function, ceilings, concurrency, cost.table_units, cost.index_units)
+
+
+def region_rows(projection: Projection) -> list[str]:
+    """One row per EventBridge quota: its regions, and the first load of 10^6 and 10^7 uploads there with
+    the ledger at DynamoDB's default and pre-warmed."""
+    by_quota: dict[int, list[str]] = {}
+    for region in sagemaker_regions():
+        by_quota.setdefault(quotas.eventbridge_invocations(region), []).append(region)
+    rows = []
+    for invocations, regions in sorted(by_quota.items(), reverse=True):
+        region = regions[0]
+        steady, binding = projection.rate(region, WARM_WRITE_UNITS)
+        cells = [
+            f"{projection.hours(n, region, warm):.2f} h"
+            for n in (10**6, 10**7)
+            for warm in (0, WARM_WRITE_UNITS)
+        ]
+        listed = ", ".join(regions)
+        rows.append(f"| {invocations:,} | {listed} | {steady:,.0f} | {binding} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def key_rows(projection: Projection, keys: Spread, cost: Cost) -> list[str]:
+    """Each ledger key's write units/s at the projected steady rate in the fastest region."""
+    rate, _ = projection.rate("us-east-1", WARM_WRITE_UNITS)
+    rows = [
+        ("ledger table, busiest of its keys", rate * cost.table_units * keys.table),
+        ("pending index, busiest of its keys", rate * cost.index_units * keys.index),
+        ("data set table, the data set's row (one update per batch)", rate / cost.batch),
+    ]
+    return [f"| {name} | {units:,.0f} | {units / PARTITION_WRITE_UNITS:.0%} |" for name, units in rows]
 
 
 def embedded_rate(concurrency: int, uploads: int, side: int) -> float:
@@ -309,8 +395,9 @@ def main() -> int:
     cost = measure_cost(args.uploads, args.side)
     rates = {c: embedded_rate(c, args.embedded_uploads, args.side) for c in args.concurrency}
     load_after = os.getloadavg()[0]
-    projection = project(cost)
-    rate, binding = projection.rate()
+    keys = spread()
+    projection = project(cost, keys)
+    rate, binding = projection.rate("us-east-1", WARM_WRITE_UNITS)
     calls = ", ".join(f"{op} {n / cost.uploads:.2f}" for op, n in sorted(cost.calls.items()))
     base = rates[min(rates)]
     lines = [
@@ -330,22 +417,34 @@ def main() -> int:
         f"| wall against moto (moto's pace) | {cost.wall_s / cost.uploads * 1000:.1f} ms |",
         "",
         f"Rows and claims over {cost.partitions} of the data set's {LEDGER_SHARDS} partition keys; the "
-        f"busiest holds {cost.busiest_share:.1%} of them (an even spread: {1 / LEDGER_SHARDS:.1%}).",
+        f"busiest holds {cost.busiest_share:.1%} of them here; over {SPREAD_UPLOADS:,} uploads the ledger's "
+        f"hash gives its busiest key {keys.table:.2%} (an even spread: {1 / LEDGER_SHARDS:.2%}) and the "
+        f"index's {keys.index:.2%}.",
         "",
         f"**Projected on AWS**: one upload takes {projection.latency_s * 1000:.0f} ms in one thread (S3 GETs "
         f"at {S3_GET_SECONDS * 1000:.0f} ms, DynamoDB calls at {DYNAMODB_SECONDS * 1000:.0f} ms, the CPU at "
         f"the function's share of a vCPU); {ingest.RECORD_THREADS} records at once make "
-        f"{projection.per_function:.0f} uploads/s per function.",
+        f"{projection.per_function:.0f} uploads/s per function. Ceilings in every region:",
         "",
         "| ceiling | uploads/s |",
         "| --- | ---: |",
-        f"| IngestMaxConcurrency {projection.concurrency} x {projection.per_function:.0f}/s | "
-        f"{projection.concurrency * projection.per_function:,.0f} |",
         *(f"| {name} | {value:,.0f} |" for name, value in projection.ceilings.items()),
         "",
-        f"Binding: {binding}, {rate:,.0f} uploads/s: 10^6 uploads in {hours(10**6, rate)}, 10^7 in "
-        f"{hours(10**7, rate)} (target: {TARGET_UPLOADS:,} in {TARGET_SECONDS // 3600} h, "
-        f"{TARGET_UPLOADS / TARGET_SECONDS:,.0f}/s).",
+        "**Per region** (every region that offers SageMaker; EventBridge's default invocations/s from its "
+        f"[quotas page]({quotas.EVENTBRIDGE_QUOTA_PAGE}); the ledger at LedgerWarmWriteUnits 0, DynamoDB's "
+        f"free default of {NEW_TABLE_WRITE_UNITS:,} units/s doubling every 30 minutes, or pre-warmed to "
+        f"{WARM_WRITE_UNITS:,}):",
+        "",
+        "| invocations/s | regions | steady uploads/s | binds | 10^6, default | 10^6, pre-warmed | "
+        "10^7, default | 10^7, pre-warmed |",
+        "| ---: | --- | ---: | --- | ---: | ---: | ---: | ---: |",
+        *region_rows(projection),
+        "",
+        f"**Each key at the steady rate in us-east-1** ({rate:,.0f} uploads/s, binding: {binding}):",
+        "",
+        "| key | write units/s | of a partition's 1,000 |",
+        "| --- | ---: | ---: |",
+        *key_rows(projection, keys, cost),
         "",
         f"**Embedded stack** ({args.embedded_uploads} uploads of one data set, the first put to the last row "
         "recorded):",

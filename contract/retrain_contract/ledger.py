@@ -36,12 +36,15 @@ ACCEPTED_STATES: Final = (STATE_ACCEPTED, LEGACY_PENDING, LEGACY_TRAINED, LEGACY
 # A data set's rows are spread over LEDGER_SHARDS partition keys, `<dataset>#<shard>`, the shard a hash of
 # the row's sort key, so one data set's first load is not held to one partition's 1,000 write units/s
 # (docs/ARCHITECTURE.md, "A catalogue's first load"): a row and a content claim per upload. The pending
-# index takes one write per upload and is read by every dispatch check, so its key spreads over fewer,
-# INDEX_SHARDS (the row's shard modulo that). The count is fixed per data set when it is first seen and
-# kept on its row in the data set table (SHARDS_ATTRIBUTE); a data set recorded before sharding has no
-# count there and keeps one partition, named by the data set alone, in the table and in the index.
-LEDGER_SHARDS: Final = 16
-INDEX_SHARDS: Final = 4
+# index takes one write per upload and is read by every dispatch check (two queries per index key), so its
+# key spreads over INDEX_SHARDS (the row's shard modulo that). Both are sized so that no key takes more than
+# a quarter of a partition's writes at the first load's projected rate (bench/ingest_scale.py prints each
+# key's share). The ledger count is fixed per data set when it is first seen and kept on its row in the
+# data set table (SHARDS_ATTRIBUTE); a data set recorded before sharding has no count there and keeps one
+# partition, named by the data set alone, in the table and in the index. INDEX_SHARDS may only grow:
+# readers read index keys 0..INDEX_SHARDS-1, which hold every entry written under a smaller count.
+LEDGER_SHARDS: Final = 32
+INDEX_SHARDS: Final = 16
 SHARDS_ATTRIBUTE: Final = "ledger_shards"
 
 

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_sagemaker import SageMakerClient
     from mypy_boto3_sns import SNSClient
+    from mypy_boto3_sqs import SQSClient
     from mypy_boto3_stepfunctions import SFNClient
 
 _Where = tuple[tuple[str, str], ...]
@@ -101,3 +102,7 @@ def sfn() -> SFNClient:
 
 def sns() -> SNSClient:
     return cast("SNSClient", _client("sns", _where()))
+
+
+def sqs() -> SQSClient:
+    return cast("SQSClient", _client("sqs", _where()))

@@ -51,6 +51,7 @@ class Config:
     state_machine_arn: str = ""
     sagemaker_role_arn: str = ""
     inference_image_uri: str = ""
+    ingest_queue_url: str = ""  # ingest only: where a notice a throttle held back goes again
 
 
 def _required(environ: Mapping[str, str], name: str) -> str:
@@ -140,6 +141,7 @@ def from_environ(environ: Mapping[str, str]) -> Config:
         state_machine_arn=environ.get(names.ENV_STATE_MACHINE_ARN, ""),
         sagemaker_role_arn=environ.get(names.ENV_SAGEMAKER_ROLE_ARN, ""),
         inference_image_uri=environ.get(names.ENV_INFERENCE_IMAGE_URI, ""),
+        ingest_queue_url=environ.get(names.ENV_INGEST_QUEUE_URL, ""),
     )
 
 

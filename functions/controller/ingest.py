@@ -5,7 +5,11 @@ format with sane dimensions and an intact end (content.py, two ranged reads), an
 already in the data set (a duplicate under the same label, a conflict under another). A deleted upload's
 row becomes `removed`. SQS batches are processed with Powertools' AsyncBatchProcessor, RECORD_THREADS
 records at once: a record fails (and is retried, then goes to the DLQ) only on an AWS error; a test event
-or an unreadable body is logged and dropped, a bad upload is recorded as rejected. Nothing here deletes,
+or an unreadable body is logged and dropped, a bad upload is recorded as rejected. A throttle (DynamoDB's
+partition or table throughput, S3's per-prefix rate) is a limit that clears by itself: the notice is tried
+again with jittered exponential backoff while the function has time, then put back on the queue with a
+delay, as a new message, so a first load at the quotas' edge never walks messages to the DLQ
+(MAX_REQUEUES bounds it for a limit that does not clear). Nothing here deletes,
 moves or rewrites an uploaded object. Messages that write the same ledger item (an object's row, a
 content's claim) are recorded in their batch's order, so the first of two copies in a batch holds the
 bytes as before; across batches, as SQS delivers them, every write is conditional (ledger.py).
@@ -14,13 +18,15 @@ bytes as before; across batches, as SQS delivers them, every write is conditiona
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from aws_lambda_powertools.utilities.batch import (
     AsyncBatchProcessor,
@@ -28,6 +34,7 @@ from aws_lambda_powertools.utilities.batch import (
     async_process_partial_response,
 )
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from botocore.exceptions import ClientError
 
 from controller import clients, content, datasets, dispatch, ledger, names, uploads
 from controller.config import Config, get_config
@@ -39,6 +46,7 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_s3 import S3Client
+    from mypy_boto3_sqs import SQSClient
     from mypy_boto3_stepfunctions import SFNClient
 
 
@@ -46,6 +54,45 @@ if TYPE_CHECKING:
 # its two ranged S3 reads and two DynamoDB writes, so one function records about this many uploads in the
 # time of one (bench/ingest_scale.py). The clients' connection pools hold as many (clients.POOL).
 RECORD_THREADS = clients.POOL_CONNECTIONS
+
+# The error codes of a request refused by a rate that clears by itself: DynamoDB's partition and table
+# throughput, S3's "503 Slow Down" while it partitions a prefix, any API's request rate.
+THROTTLE_CODES: Final = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "ThrottlingException",
+        "Throttling",
+        "RequestLimitExceeded",
+        "SlowDown",
+        "TooManyRequestsException",
+    }
+)
+BACKOFF_BASE_SECONDS: Final = 0.1
+BACKOFF_CAP_SECONDS: Final = 5.0
+# Left of the function's time when backing off stops: the batch's other records (a ledger put ends within
+# retrain_contract.ledger.RECORD_PUT_BOUND_SECONDS), the requeue and the after-batch dispatch check.
+TIME_RESERVE_SECONDS: Final = 20.0
+PATIENCE_WITHOUT_CONTEXT_SECONDS: Final = 30.0
+# A notice put back waits a random 1-5 minutes (SQS's DelaySeconds; at most 900); after this many returns
+# it fails as any error does (retried, then the DLQ and its alarm): a limit that has not cleared in hours
+# is one to look at.
+REQUEUE_DELAY_SECONDS: Final = (60, 300)
+MAX_REQUEUES: Final = 24
+REQUEUES_ATTRIBUTE: Final = "retrain-requeues"
+
+
+def is_throttle(error: ClientError) -> bool:
+    return error.response.get("Error", {}).get("Code", "") in THROTTLE_CODES
+
+
+def backoff_seconds(attempt: int) -> float:
+    """Full-jitter exponential backoff (AWS Architecture Blog, "Exponential Backoff And Jitter")."""
+    return random.uniform(0, min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2**attempt))
+
+
+def requeues_of(record: SQSRecord) -> int:
+    attribute = record.message_attributes.get(REQUEUES_ATTRIBUTE)
+    return int(attribute.string_value or 0) if attribute is not None else 0
 
 
 @dataclass
@@ -57,6 +104,7 @@ class Tally:
     duplicates: int = 0
     ignored: int = 0
     removed: int = 0
+    requeued: int = 0
 
 
 def touched(record: SQSRecord) -> set[str]:
@@ -80,8 +128,13 @@ class Ingestor:
         s3: S3Client | None = None,
         clock: Callable[[], datetime] | None = None,
         writer: DynamoDBClient | None = None,
+        *,
+        sqs: SQSClient | None = None,
+        patience_seconds: float = PATIENCE_WITHOUT_CONTEXT_SECONDS,
     ) -> None:
         self.config = config
+        self.sqs = sqs  # puts back a notice that throttles kept from being recorded
+        self.deadline = time.monotonic() + patience_seconds  # no backoff begins after this
         self.clock = clock or (lambda: datetime.now(UTC))
         self.dynamodb = dynamodb
         self.writer = writer or dynamodb  # writes the ledger rows (clients.ledger_writer: bounded in time)
@@ -140,8 +193,46 @@ class Ingestor:
                 "ignored a message without object-created notices", extra={"message_id": record.message_id}
             )
             return
-        for notice in notices:
-            self.record_notice(notice)
+        try:
+            for notice in notices:
+                self.record_patiently(notice)
+        except ClientError as error:
+            if not is_throttle(error) or not self.requeue(record):
+                raise
+            logger.warning(
+                "put a throttled notice back on the queue",
+                extra={"message_id": record.message_id, "error": str(error)},
+            )
+
+    def record_patiently(self, notice: ObjectCreated) -> None:
+        """Record one notice, again after a throttle (each try stamps its own recorded_at) while the
+        function has time; the last throttle is raised."""
+        attempt = 0
+        while True:
+            try:
+                self.record_notice(notice)
+                return
+            except ClientError as error:
+                pause = backoff_seconds(attempt)
+                if not is_throttle(error) or time.monotonic() + pause > self.deadline:
+                    raise
+            time.sleep(pause)
+            attempt += 1
+
+    def requeue(self, record: SQSRecord) -> bool:
+        """Send the message again as a new one (its receive count starts over), delayed; False when this
+        function has no queue to send to or the message came back MAX_REQUEUES times already."""
+        returns = requeues_of(record)
+        if self.sqs is None or not self.config.ingest_queue_url or returns >= MAX_REQUEUES:
+            return False
+        self.sqs.send_message(
+            QueueUrl=self.config.ingest_queue_url,
+            MessageBody=record.body,
+            DelaySeconds=random.randint(*REQUEUE_DELAY_SECONDS),
+            MessageAttributes={REQUEUES_ATTRIBUTE: {"DataType": "Number", "StringValue": str(returns + 1)}},
+        )
+        self.count("requeued")
+        return True
 
     def record_notice(self, notice: ObjectCreated) -> None:
         if names.is_fsx_report(notice.key):
@@ -263,10 +354,20 @@ def ingest(  # noqa: PLR0913 - the handler's clients, and the clocks tests set
     context: LambdaContext | None = None,
     clock: Callable[[], datetime] | None = None,
     writer: DynamoDBClient | None = None,
+    sqs: SQSClient | None = None,
+    patience_seconds: float | None = None,
 ) -> dict[str, Any]:
     """Process one SQS batch; returns the partial-batch response ({"batchItemFailures": [...]}).
-    `clock` stamps each row's recorded_at (tests give a fixed one)."""
-    ingestor = Ingestor(config, dynamodb, s3, clock, writer)
+    `clock` stamps each row's recorded_at (tests give a fixed one); `patience_seconds`, how long throttled
+    notices are tried again before they go back to the queue (by default, the function's time left less
+    TIME_RESERVE_SECONDS)."""
+    if patience_seconds is not None:
+        patience = patience_seconds
+    elif context is not None:
+        patience = context.get_remaining_time_in_millis() / 1000 - TIME_RESERVE_SECONDS
+    else:
+        patience = PATIENCE_WITHOUT_CONTEXT_SECONDS
+    ingestor = Ingestor(config, dynamodb, s3, clock, writer, sqs=sqs, patience_seconds=patience)
     processor = AsyncBatchProcessor(event_type=EventType.SQS)
     with ingestor.threads:
         response = async_process_partial_response(
@@ -280,6 +381,7 @@ def ingest(  # noqa: PLR0913 - the handler's clients, and the clocks tests set
     metrics.add_metric(name=names.METRIC_REJECTED, unit="Count", value=tally.rejected)
     metrics.add_metric(name=names.METRIC_DUPLICATES, unit="Count", value=tally.duplicates)
     metrics.add_metric(name=names.METRIC_REMOVED, unit="Count", value=tally.removed)
+    metrics.add_metric(name=names.METRIC_REQUEUED, unit="Count", value=tally.requeued)
     if sfn is not None and config.state_machine_arn:
         moment = now or datetime.now(UTC)
         for dataset in tally.accepted:
@@ -301,4 +403,5 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         s3=clients.s3(),
         context=context,
         writer=clients.ledger_writer(),  # its row writes end within a bound (retrain_contract.ledger)
+        sqs=clients.sqs(),
     )

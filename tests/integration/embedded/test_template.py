@@ -17,11 +17,16 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_template_yaml_provisions_every_output_and_wires_every_runtime_resource(tmp_path: Path) -> None:
-    # MlflowTracking=create: every resource and output of the template, the MLflow app's among them
-    overrides = {"QuietPeriodSeconds": "5", "MlflowTracking": "create"}
+    # MlflowTracking=create: every resource and output of the template, the MLflow app's among them; the
+    # ledger pre-warmed (its WarmThroughput on the table and the index)
+    overrides = {"QuietPeriodSeconds": "5", "MlflowTracking": "create", "LedgerWarmWriteUnits": "8000"}
     with EmbeddedStack(tmp_path, parameter_overrides=overrides) as stack:
         described = stack.client("cloudformation").describe_stacks(StackName=stack.stack_name)["Stacks"][0]
         outputs = {o["OutputKey"]: o["OutputValue"] for o in described["Outputs"]}
+        ledger = stack.client("dynamodb").describe_table(
+            TableName=outputs[names.STACK_OUTPUTS["ledger_table"]]
+        )
+        queues = stack.client("sqs").list_queues()["QueueUrls"]
         assert stack.wiring is not None
         unwired = wiring.unwired(stack.translated, stack.wiring)
         ingest = next(s for s in stack.wiring.functions.values() if s.logical_id == "IngestFunction")
@@ -31,6 +36,13 @@ def test_template_yaml_provisions_every_output_and_wires_every_runtime_resource(
     assert unwired == []
     assert stack.degraded == []
     assert ingest.environment[names.ENV_QUIET_PERIOD_SECONDS] == "5"
+    # the queue's URL as CloudFormation gives it (SQS reads the queue from its path, whatever the host)
+    assert ingest.environment[names.ENV_INGEST_QUEUE_URL].rsplit("/", 1)[1] in {
+        q.rsplit("/", 1)[1] for q in queues
+    }
+    # LedgerWarmWriteUnits pre-warms the table and its pending index alike
+    assert ledger["Table"]["WarmThroughput"]["WriteUnitsPerSecond"] == 8000
+    assert ledger["Table"]["GlobalSecondaryIndexes"][0]["WarmThroughput"]["WriteUnitsPerSecond"] == 8000
     assert ingest.environment[names.ENV_DATA_BUCKET] == outputs[names.STACK_OUTPUTS["data_bucket"]]
     # Every function runs from sam build's output of functions/ (its requirements installed) on the
     # template's runtime, with the contract layer's build: never from the source tree.

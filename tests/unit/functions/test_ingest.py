@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -208,24 +209,86 @@ def _throttle(client, *, when, times):
     return given
 
 
-def test_a_throttled_row_write_fails_its_message_and_its_redelivery_records_it(aws, config, events_dir):
-    # GIVEN the ledger writer (its retries as on AWS) throttled at both of its attempts to put a.jpg's row,
-    # after a.jpg's bytes were claimed
+def test_a_throttle_that_clears_is_waited_out_in_the_same_batch(aws, config, events_dir):
+    # GIVEN the ledger writer (its retries as on AWS) throttled at its first four attempts to put a.jpg's
+    # row (two tries of the writer), after a.jpg's bytes were claimed
     writer = boto3.client("dynamodb", region_name="us-east-1", config=clients.LEDGER_WRITES)
-    throttled = _throttle(writer, when="daisy/a.jpg", times=2)
+    throttled = _throttle(writer, when="daisy/a.jpg", times=4)
     bodies = [object_created(events_dir, f"data/flowers/daisy/{name}.jpg") for name in ("a", "b", "c")]
-    # WHEN a batch of three uploads is ingested, then the message it reports failed delivered again
-    first = _ingest(aws, config, bodies, writer=writer)
-    recorded_first = sorted(row["key"] for row in _rows(aws, "flowers"))
-    second = _ingest(aws, config, [bodies[0]], writer=writer)
-    # THEN only a.jpg's message failed, with no row (SQS retries it: nothing is dropped); its redelivery
-    # records it as accepted, not as a duplicate of its own claim
-    assert throttled == ["ProvisionedThroughputExceededException"] * 2
-    assert first == {"batchItemFailures": [{"itemIdentifier": "m-0"}]}
-    assert recorded_first == ["data/flowers/daisy/b.jpg", "data/flowers/daisy/c.jpg"]
-    assert second == {"batchItemFailures": []}
+    # WHEN a batch of three uploads is ingested
+    response = _ingest(aws, config, bodies, writer=writer)
+    # THEN the throttled notice was tried again with backoff and recorded: no message failed (none walks
+    # toward the DLQ for a limit that cleared), and a.jpg is accepted, not a duplicate of its own claim
+    assert throttled == ["ProvisionedThroughputExceededException"] * 4
+    assert response == {"batchItemFailures": []}
     rows = {row["key"]: row["state"] for row in _rows(aws, "flowers")}
     assert rows == {f"data/flowers/daisy/{name}.jpg": names.STATE_ACCEPTED for name in ("a", "b", "c")}
+
+
+def _ingest_queue(aws):
+    sqs = boto3.client("sqs", region_name="us-east-1")
+    return sqs, sqs.create_queue(QueueName="retrain-ingest")["QueueUrl"]
+
+
+def _received(sqs, url):
+    return sqs.receive_message(
+        QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"], AttributeNames=["All"]
+    ).get("Messages", [])
+
+
+def test_a_throttle_that_outlasts_the_function_puts_the_notice_back_as_a_new_message(
+    aws, config, events_dir, monkeypatch
+):
+    # GIVEN a.jpg's row write throttled longer than the function may wait, and the ingest queue
+    writer = boto3.client("dynamodb", region_name="us-east-1", config=clients.LEDGER_WRITES)
+    _throttle(writer, when="daisy/a.jpg", times=1_000)
+    sqs, url = _ingest_queue(aws)
+    config = dataclasses.replace(config, ingest_queue_url=url)
+    monkeypatch.setattr(ingest, "REQUEUE_DELAY_SECONDS", (0, 0))  # moto would hold a delayed one back
+    bodies = [object_created(events_dir, f"data/flowers/daisy/{name}.jpg") for name in ("a", "b")]
+    # WHEN the batch is ingested with half a second of patience
+    response = _ingest(aws, config, bodies, writer=writer, sqs=sqs, patience_seconds=0.5)
+    # THEN no message failed (its receive count would walk it to the DLQ): a.jpg's notice went back on the
+    # queue as a new message, counting its return, and b.jpg is recorded
+    assert response == {"batchItemFailures": []}
+    assert [row["key"] for row in _rows(aws, "flowers")] == ["data/flowers/daisy/b.jpg"]
+    [again] = _received(sqs, url)
+    assert again["Body"] == bodies[0]
+    assert again["MessageAttributes"][ingest.REQUEUES_ATTRIBUTE]["StringValue"] == "1"
+    assert again["Attributes"]["ApproximateReceiveCount"] == "1"
+    # WHEN it is delivered again once the throttle cleared THEN it is recorded
+    event = sqs_event([again["Body"]])
+    event["Records"][0]["messageAttributes"] = {
+        ingest.REQUEUES_ATTRIBUTE: {"stringValue": "1", "dataType": "Number"}
+    }
+    cleared = ingest.ingest(event, config=config, dynamodb=aws.dynamodb, sqs=sqs)
+    assert cleared == {"batchItemFailures": []}
+    assert {row["key"] for row in _rows(aws, "flowers")} == {f"data/flowers/daisy/{n}.jpg" for n in "ab"}
+
+
+@pytest.mark.parametrize("returned", [False, True])
+def test_a_throttle_fails_the_message_without_a_queue_or_after_many_returns(
+    aws, config, events_dir, monkeypatch, returned
+):
+    requeues = ingest.MAX_REQUEUES if returned else None
+    # GIVEN a.jpg's row write throttled for good, and either no queue to send it back to, or a message
+    # that came back MAX_REQUEUES times already
+    writer = boto3.client("dynamodb", region_name="us-east-1", config=clients.LEDGER_WRITES)
+    _throttle(writer, when="daisy/a.jpg", times=1_000)
+    sqs, url = _ingest_queue(aws)
+    if requeues is not None:
+        config = dataclasses.replace(config, ingest_queue_url=url)
+    event = sqs_event([object_created(events_dir, f"data/flowers/daisy/{name}.jpg") for name in "ab"])
+    if requeues is not None:
+        event["Records"][0]["messageAttributes"] = {
+            ingest.REQUEUES_ATTRIBUTE: {"stringValue": str(requeues), "dataType": "Number"}
+        }
+    # WHEN ingested THEN the message fails as any AWS error does (SQS retries it, then the DLQ and its
+    # alarm), and nothing went back on the queue
+    response = ingest.ingest(event, config=config, dynamodb=aws.dynamodb, writer=writer, sqs=sqs,
+                             patience_seconds=0.2)  # fmt: skip
+    assert response == {"batchItemFailures": [{"itemIdentifier": "m-0"}]}
+    assert _received(sqs, url) == []
 
 
 def test_one_thousand_duplicate_deliveries_make_one_row_and_one_run(aws, config, events_dir):
@@ -296,6 +359,9 @@ def test_the_lambda_handler_reads_its_environment_and_reports_partial_failures(
         memory_limit_in_mb = 512
         invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:IngestFunction"
         aws_request_id = "req-1"
+
+        def get_remaining_time_in_millis(self) -> int:
+            return 60_000
 
     from tests.unit.functions import images
 
@@ -549,6 +615,32 @@ def test_a_data_sets_uploads_spread_over_its_partitions_and_every_reader_reads_t
     assert ledger.pending_stats(parts, "", limit=100, table_name=aws.ledger_table, client=aws.dynamodb) == (
         ledger.PendingStats(100, stats.oldest, stats.newest, at_least=True)
     )
+
+
+def test_index_entries_written_under_an_earlier_smaller_index_count_are_still_read(aws, config, events_dir):
+    # GIVEN a data set's uploads recorded now, and one whose index entry was written when the index had 4
+    # keys (the row's shard modulo 4), under a key that shard does not map to today
+    _ingest(aws, config, [object_created(events_dir, f"data/shoes/l/{i}.jpg") for i in range(3)])
+    parts = _parts(aws, "shoes")
+    key = next(
+        f"data/shoes/l/old-{i}.jpg"
+        for i in range(1000)
+        if parts.index_of(f"data/shoes/l/old-{i}.jpg")
+        != parts.name(parts.shard(f"data/shoes/l/old-{i}.jpg") % 4)
+    )
+    aws.dynamodb.put_item(
+        TableName=aws.ledger_table,
+        Item={
+            names.LEDGER_PK: {"S": parts.of(key)},
+            names.LEDGER_SK: {"S": key},
+            "state": {"S": names.STATE_ACCEPTED},
+            names.LEDGER_PENDING_PK: {"S": parts.name(parts.shard(key) % 4)},
+            names.LEDGER_PENDING_SK: {"S": "2025-12-31T09:00:00.000000Z"},
+        },
+    )
+    # WHEN the dispatcher's reader counts what waits THEN it counts the old entry too, and it is the oldest
+    stats = _pending(aws, dataset="shoes")
+    assert (stats.count, stats.oldest) == (4, "2025-12-31T09:00:00.000000Z")
 
 
 def test_a_data_set_recorded_before_sharding_keeps_its_one_partition(aws, config, events_dir):

@@ -188,7 +188,10 @@ def test_every_function_gets_the_stacks_parameters_and_no_code_default_remains(t
     fields = {f.name: f for f in dataclasses.fields(config.Config)}
     defaulted = {n for n, f in fields.items() if f.default is not dataclasses.MISSING}
     # resources, not parameters; the serving image is the region's (a mapping), not a parameter
-    assert defaulted == {"state_machine_arn", "sagemaker_role_arn", "inference_image_uri"}
+    assert defaulted == {"state_machine_arn", "sagemaker_role_arn", "inference_image_uri", "ingest_queue_url"}
+    # the resources are set where they are used: ingest sends throttled notices back to its queue
+    environment = template["Resources"]["IngestFunction"]["Properties"]["Environment"]["Variables"]
+    assert environment[names.ENV_INGEST_QUEUE_URL] == {"Ref": "IngestQueue"}
 
 
 def test_the_manual_start_overrides_admit_what_the_template_parameters_admit(template):
@@ -376,3 +379,33 @@ def test_the_manual_start_documentation_names_every_override():
 
     documented = (Path(__file__).resolve().parents[3] / "functions" / "README.md").read_text(encoding="utf-8")
     assert [k for k in run_request.OVERRIDES_SCHEMA["properties"] if f"`{k}`" not in documented] == []
+
+
+def test_the_ledger_is_pre_warmed_only_when_asked_for(template):
+    # pre-warming is billed and can never be lowered: the default stack asks for none, on the table and on
+    # its index alike, and a value names both
+    parameter = template["Parameters"]["LedgerWarmWriteUnits"]
+    assert parameter["Default"] == 0 and 0 in parameter["AllowedValues"]
+    assert template["Conditions"]["WarmLedger"] == {
+        "Fn::Not": [{"Fn::Equals": [{"Ref": "LedgerWarmWriteUnits"}, 0]}]
+    }
+    ledger = template["Resources"]["LedgerTable"]["Properties"]
+    asked = {
+        "Fn::If": [
+            "WarmLedger",
+            {"WriteUnitsPerSecond": {"Ref": "LedgerWarmWriteUnits"}},
+            {"Ref": "AWS::NoValue"},
+        ]
+    }
+    assert ledger["WarmThroughput"] == asked
+    assert [index["WarmThroughput"] for index in ledger["GlobalSecondaryIndexes"]] == [asked]
+
+
+def test_what_holds_users_records_outlives_the_stack(template):
+    # deleting or replacing the stack keeps the uploads, the artifacts, the ledger, the runs and the data sets
+    for name in ("DataBucket", "ArtifactBucket", "LedgerTable", "RunsTable", "DatasetsTable"):
+        resource = template["Resources"][name]
+        assert (resource.get("DeletionPolicy"), resource.get("UpdateReplacePolicy")) == (
+            "Retain",
+            "Retain",
+        ), name
