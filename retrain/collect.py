@@ -31,6 +31,7 @@ from retrain.report.facts import (
     Trial,
 )
 from retrain_contract import container as contract
+from retrain_contract import ledger as ledger_contract
 from retrain_contract.ledger import Partitions
 
 LEDGER_STATE = "state"
@@ -78,13 +79,18 @@ def ledger_rows(deployment: Deployment, dataset: str, state: str | None = None) 
     return list(ledger.rows(parts, table_name=table, client=deployment.client("dynamodb"), state=state))
 
 
-def uploads(rows: Iterable[dict[str, Any]], keys: set[str] | None = None) -> tuple[int, list[Rejected]]:
-    """Accepted count and rejected keys with reasons, of the given keys (or of every row)."""
+def uploads(
+    rows: Iterable[dict[str, Any]], keys: set[str] | None = None, *, before: str = ""
+) -> tuple[int, list[Rejected]]:
+    """Accepted count and rejected keys with reasons, of the given keys (or of every row), of the rows
+    recorded before `before` when it is given (a run's cut)."""
     accepted = 0
     rejected: list[Rejected] = []
     for row in rows:
         key = str(row.get(names.LEDGER_SK, ""))
         if keys is not None and key not in keys:
+            continue
+        if before and str(row.get(ledger_contract.RECORDED_AT, "")) >= before:
             continue
         state = row.get(LEDGER_STATE)
         if state == names.STATE_REJECTED:
@@ -93,6 +99,24 @@ def uploads(rows: Iterable[dict[str, Any]], keys: set[str] | None = None) -> tup
         elif state != names.STATE_REMOVED:
             accepted += 1
     return accepted, sorted(rejected, key=lambda r: r.key)
+
+
+def intake(
+    facts: RunFacts, record: runs.RunRecord, rows: list[dict[str, Any]], keys: set[str] | None
+) -> None:
+    """What the run took in, from its frozen figures and the ledger rows recorded before its cut, and the
+    data set's uploads now, labelled apart: a run's report does not change as later uploads arrive."""
+    facts.dataset_accepted, dataset_rejected = uploads(rows, keys)
+    facts.dataset_rejected = len(dataset_rejected)
+    facts.cut = str(record.get("cut", ""))
+    if not facts.cut:  # no manifest was frozen: the run took nothing in
+        return
+    counted, facts.rejected = uploads(rows, keys, before=facts.cut)
+    frozen = record.get("accepted_uploads")
+    facts.accepted = int(frozen) if frozen is not None and keys is None else counted
+    facts.new_uploads = int(record.get("new_images", 0))
+    refused = record.get("rejected_uploads")
+    facts.refused = sum(int(n) for n in refused.values()) if refused and keys is None else len(facts.rejected)
 
 
 def _objective(summary: dict[str, Any]) -> float | None:
@@ -313,7 +337,7 @@ def collect(
     )
     if facts.status not in runs.FINAL_STATUSES and facts.execution_arn:
         ended_without_record(deployment, facts)
-    facts.accepted, facts.rejected = uploads(ledger_rows(deployment, facts.dataset), upload_keys)
+    intake(facts, record, ledger_rows(deployment, facts.dataset), upload_keys)
     if facts.execution_arn:
         facts.phases = execution_phases(deployment, facts.execution_arn)
     if facts.tuning_job:

@@ -13,7 +13,9 @@ SUMMARY_KEYS = (
     "status",
     "started_from",
     "accepted",
+    "new",
     "rejected",
+    "dataset_uploads",
     "tuning",
     "training",
     "rules",
@@ -30,8 +32,11 @@ def summary(facts: RunFacts) -> dict[str, Any]:
         "run_id": facts.run_id,
         "status": facts.status,
         "started_from": lineage(facts),
+        # the run's own intake (its cut); the data set's totals when the summary is made, apart
         "accepted": facts.accepted,
+        "new": facts.new_uploads,
         "rejected": [{"key": r.key, "problem": r.problem, "reason": r.reason} for r in facts.rejected],
+        "dataset_uploads": {"accepted": facts.dataset_accepted, "rejected": facts.dataset_rejected},
         "tuning": {
             "jobs": len(facts.trials),
             "best_job": facts.best_job or None,

@@ -74,6 +74,7 @@ def record_manifest(run: Run, summary: dict[str, Any], *, config: Config, dynamo
             "manifest_uri": run["manifest_s3_uri"] + container.MANIFEST_FILE,
             "manifest_size": run["manifest_size"],
             "new_images": run["new_images"],
+            "accepted_uploads": int(summary["accepted"]),
             "label_count": run["label_count"],
             "labels_uri": frozen + container.FROZEN_LABELS_FILE,
             "class_counts_uri": frozen + container.FROZEN_CLASS_COUNTS_FILE,

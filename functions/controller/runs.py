@@ -76,6 +76,7 @@ class RunRecord(TypedDict, total=False):
     manifest_uri: str
     manifest_size: int
     new_images: int
+    accepted_uploads: int  # accepted uploads recorded before the cut (frozen, before balancing)
     # Per-label facts live in S3 (frozen_s3_uri: labels.json, class_counts.json), so that no record
     # grows with the labels; the record keeps their number and a sample.
     label_count: int

@@ -73,15 +73,27 @@ def utilisation_report(profile_dir: Path | None, out_dir: Path) -> Path | None:
 
 
 def _uploads(facts: RunFacts) -> list[str]:
-    """Accepted and refused uploads; each refused file with its problem and what to do (it stays put)."""
+    """What this run took in (its cut), each refused file with its problem and what to do (it stays put);
+    the data set's totals now, labelled as such."""
+    totals = (
+        f"The data set now (later uploads included): {facts.dataset_accepted} accepted, "
+        f"{facts.dataset_rejected} rejected."
+    )
+    if not facts.cut:
+        return ["## Uploads", "", "This run froze no manifest: it took no uploads in. " + totals, ""]
     by_problem: dict[str, int] = {}
     for r in facts.rejected:
         by_problem[r.problem] = by_problem.get(r.problem, 0) + 1
     kinds = ", ".join(f"{n} {problem}" for problem, n in sorted(by_problem.items()))
-    said = f"{facts.accepted} accepted, {len(facts.rejected)} rejected"
+    said = (
+        f"This run took in the uploads recorded before {facts.cut}: {facts.accepted} accepted "
+        f"({facts.new_uploads} new since the previous run), {facts.refused} refused"
+    )
     if kinds:
-        said += f" ({kinds}); refused files stay in the bucket until you fix or delete them"
-    lines = ["## Uploads", "", said + ".", ""]
+        said += f" ({kinds} still refused); refused files stay in the bucket until you fix or delete them"
+    if len(facts.rejected) < facts.refused:
+        said += f"; {facts.refused - len(facts.rejected)} of them were replaced or removed since"
+    lines = ["## Uploads", "", said + ".", "", totals, ""]
     if facts.rejected:
         lines += _table(
             ["rejected key", "problem", "reason"],

@@ -72,8 +72,16 @@ class RunFacts:
     stopped: str = ""
     failure: str = ""
     execution_arn: str = ""
+    # What this run took in (its cut): the same whenever the report is written. `rejected` lists the
+    # refusals recorded before the cut that are still refused; `refused` counts them as frozen.
+    cut: str = ""
     accepted: int = 0
+    new_uploads: int = 0
     rejected: list[Rejected] = field(default_factory=list)
+    refused: int = 0
+    # the data set's uploads as the ledger holds them when the report is written (later waves included)
+    dataset_accepted: int = 0
+    dataset_rejected: int = 0
     class_balance: dict[str, Any] = field(default_factory=dict)  # the manifest's policy
     class_counts: dict[str, dict[str, int]] = field(default_factory=dict)  # per label, before/after
     excluded_labels: dict[str, str] = field(default_factory=dict)  # label -> why it was set aside

@@ -34,6 +34,13 @@ PROBLEMS = {
     f"data/{DATASET}/two/copy.jpg": names.PROBLEM_CONFLICT,
 }
 REMOVED_KEY = f"data/{DATASET}/zero/deleted.jpg"
+# The run's cut: the rows above were recorded before it; a later wave (the next run's) after it.
+CUT = "2026-11-22T04:00:00.000000Z"
+BEFORE_CUT = "2026-11-22T03:59:00.000000Z"
+LATER_ACCEPTED = [f"data/{DATASET}/two/later-{i}.jpg" for i in range(4)]
+LATER_REJECTED = {
+    f"data/{DATASET}/two/later-copy.jpg": "the same bytes are already uploaded as two/img-0.jpg"
+}
 CLASS_COUNTS = {
     "one": {"images": 30, "validation": 6, "train": 24, "train_lines": 24},
     "two": {"images": 5, "validation": 1, "train": 4, "train_lines": 12},
@@ -58,6 +65,9 @@ def record(status: str = "SUCCEEDED", **extra: Any) -> runs.RunRecord:
         "trigger": "upload",
         "execution_arn": "",
         "created_at": "2026-11-22T04:00:00Z",
+        "cut": CUT,
+        "accepted_uploads": len(ACCEPTED_KEYS),
+        "new_images": 6,
         "finished_at": "2026-11-22T04:05:30Z",
         "tuning_job": TUNING_JOB,
         "best_training_job": BEST,
@@ -112,13 +122,30 @@ def record(status: str = "SUCCEEDED", **extra: Any) -> runs.RunRecord:
     return runs.RunRecord(**base)  # type: ignore[typeddict-item]
 
 
+def write_later_wave(stack: Any, at: str = "2026-11-22T04:03:00.000000Z", *, wave: str = "") -> None:
+    """Uploads recorded after the run's cut (the next run's): accepted, and a refused copy."""
+    dynamodb = boto3.client("dynamodb")
+    parts = ledger.Partitions(DATASET, ledger.LEDGER_SHARDS)
+    for template in LATER_ACCEPTED:
+        key = template.replace("later-", f"later{wave}-")
+        item = {names.LEDGER_PK: parts.of(key), names.LEDGER_SK: key, "state": names.STATE_ACCEPTED,
+                ledger.RECORDED_AT: at}  # fmt: skip
+        dynamodb.put_item(TableName=stack.output("ledger_table"), Item=runs.serialize(item))
+    for template, reason in LATER_REJECTED.items():
+        key = template.replace("later-", f"later{wave}-")
+        item = {names.LEDGER_PK: parts.of(key), names.LEDGER_SK: key, "state": names.STATE_REJECTED,
+                "reason": reason, "problem": names.PROBLEM_DUPLICATE, ledger.RECORDED_AT: at}  # fmt: skip
+        dynamodb.put_item(TableName=stack.output("ledger_table"), Item=runs.serialize(item))
+
+
 def write(stack: Any, run: runs.RunRecord | None = None) -> runs.RunRecord:
     run = run or record()
     dynamodb = boto3.client("dynamodb")
     runs.put_run(run, table_name=stack.output("runs_table"), client=dynamodb)
     parts = ledger.Partitions(DATASET, ledger.LEDGER_SHARDS)  # a data set first seen by this stack
     for key in ACCEPTED_KEYS:
-        item = {names.LEDGER_PK: parts.of(key), names.LEDGER_SK: key, "state": names.STATE_ACCEPTED}
+        item = {names.LEDGER_PK: parts.of(key), names.LEDGER_SK: key, "state": names.STATE_ACCEPTED,
+                ledger.RECORDED_AT: BEFORE_CUT}  # fmt: skip
         dynamodb.put_item(TableName=stack.output("ledger_table"), Item=runs.serialize(item))
     for key, reason in REJECTED.items():
         item = {
@@ -127,14 +154,17 @@ def write(stack: Any, run: runs.RunRecord | None = None) -> runs.RunRecord:
             "state": names.STATE_REJECTED,
             "reason": reason,
             "problem": PROBLEMS.get(key, names.PROBLEM_LAYOUT),
+            ledger.RECORDED_AT: BEFORE_CUT,
         }
         dynamodb.put_item(TableName=stack.output("ledger_table"), Item=runs.serialize(item))
     removed = {
         names.LEDGER_PK: parts.of(REMOVED_KEY),
         names.LEDGER_SK: REMOVED_KEY,
         "state": names.STATE_REMOVED,
+        ledger.RECORDED_AT: BEFORE_CUT,
     }
     dynamodb.put_item(TableName=stack.output("ledger_table"), Item=runs.serialize(removed))
+    write_later_wave(stack)
     logs = boto3.client("logs")
     logs.create_log_group(logGroupName="/aws/sagemaker/TrainingJobs")
     for index, job in enumerate(TRIALS):

@@ -68,9 +68,11 @@ def test_status_shows_the_runs_jobs_and_interruptions(stack, recorded):
     assert [(j["objective"], j["interruptions"], j["resumes"]) for j in shot["jobs"]] == [
         (0.91, 1, 1), (0.95, 1, 1), (0.62, 0, 0)
     ]  # fmt: skip
-    # AND the data set's refused uploads with their problems, the label set aside and the unreadable file
+    # AND the data set's refused uploads with their problems (a later wave's too), the label set aside and
+    # the unreadable file
     assert {r["key"]: r["problem"] for r in shot["rejected"]} == {
-        key: recorded_run.PROBLEMS.get(key, "layout") for key in recorded_run.REJECTED
+        **{key: recorded_run.PROBLEMS.get(key, "layout") for key in recorded_run.REJECTED},
+        **dict.fromkeys(recorded_run.LATER_REJECTED, "duplicate"),
     }
     assert set(shot["excluded_labels"]) == {"lynx"}
     assert shot["unreadable"] == [{"key": "data/digits/zero/img-2.jpg", "reason": "image file is truncated"}]

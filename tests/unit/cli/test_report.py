@@ -6,7 +6,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from controller import names
+from controller import datasets, names, runs
 from retrain.collect import collect
 from retrain.deployment import connect
 from retrain.report.build import write_report
@@ -62,10 +62,14 @@ def test_collect_reads_the_loss_curves_from_the_job_logs(facts):
 
 
 def test_collect_reads_uploads_evaluation_and_checkpoint_curve(facts):
-    # GIVEN ledger rows, evaluation.json in S3 and a run record with checkpoint evaluations
-    # THEN accepted uploads are counted, rejected ones keep their reasons
-    assert facts.accepted == len(recorded_run.ACCEPTED_KEYS)
+    # GIVEN ledger rows recorded before the run's cut and a later wave after it, evaluation.json in S3 and
+    # a run record with checkpoint evaluations
+    # THEN the run's own uploads are counted, rejected ones keep their reasons; the later wave is the data
+    # set's, counted apart
+    assert (facts.accepted, facts.new_uploads, facts.refused) == (len(recorded_run.ACCEPTED_KEYS), 6, 4)
     assert {r.key: r.reason for r in facts.rejected} == recorded_run.REJECTED
+    assert facts.dataset_accepted == len(recorded_run.ACCEPTED_KEYS) + len(recorded_run.LATER_ACCEPTED)
+    assert facts.dataset_rejected == len(recorded_run.REJECTED) + len(recorded_run.LATER_REJECTED)
     # AND the evaluation comes from evaluation.json, the champion from its baseline
     assert facts.evaluation.labels == recorded_run.LABELS
     assert facts.evaluation.confusion_matrix[0] == [19, 1, 0]
@@ -103,7 +107,7 @@ def test_report_writes_markdown_and_real_pngs(facts, tmp_path):
     assert "**passed** — challenger top-1 0.950" in text
     assert "`data/digits/notes.txt`" in text
     assert "| `data/digits/one/fake.jpg` | content | the bytes are not an image" in text
-    assert "4 rejected (1 conflict, 1 content, 2 layout)" in text
+    assert "4 refused (1 conflict, 1 content, 2 layout still refused)" in text
 
 
 def test_report_shows_the_training_data_balanced_set_aside_and_unreadable(facts, report):
@@ -218,3 +222,51 @@ def test_the_report_and_summary_say_where_the_run_is_in_mlflow_and_what_tracking
     assert document["mlflow"] == {"run_id": "0a1b2c", "warnings": [warning]}
     # AND a run that was not tracked has no such section
     assert "## Experiment tracking" not in write_report(facts, tmp_path / "untracked").read_text()
+
+
+def test_a_runs_report_counts_its_own_uploads_whenever_it_is_written(tmp_path):
+    # GIVEN a finished run whose report was written, its summary made
+    with mock_aws():
+        stack = make_stack()
+        run = recorded_run.write(stack)
+        deployment = connect(stack.name)
+        deployment.clients["sagemaker"] = RecordedSageMaker()
+        first = collect(deployment, run, out_dir=tmp_path / "a")
+        before = summary(first)
+        # WHEN two more waves arrive after its cut (accepted photos and refused copies), and the refused
+        # copy of the run's own wave is fixed (its row rewritten after the cut), then it is written again
+        recorded_run.write_later_wave(stack, "2026-11-22T05:00:00.000000Z", wave="b")
+        recorded_run.write_later_wave(stack, "2026-11-22T06:00:00.000000Z", wave="c")
+        fixed = f"data/{recorded_run.DATASET}/two/copy.jpg"
+        parts = datasets.partitions(
+            recorded_run.DATASET, table_name=stack.output("datasets_table"), client=boto3.client("dynamodb")
+        )
+        row = {names.LEDGER_PK: parts.of(fixed), names.LEDGER_SK: fixed, "state": names.STATE_ACCEPTED,
+               "recorded_at": "2026-11-22T06:30:00.000000Z"}  # fmt: skip
+        boto3.client("dynamodb").put_item(TableName=stack.output("ledger_table"), Item=runs.serialize(row))
+        again = collect(deployment, run, out_dir=tmp_path / "b")
+        text = write_report(again, tmp_path / "report").read_text()
+    after = summary(again)
+    # THEN the run's own intake is what it was: its accepted, new and refused counts; only the refusal
+    # fixed since drops out of the list, said so; the data set's totals, labelled, grew
+    assert (after["accepted"], after["new"]) == (before["accepted"], before["new"]) == (9, 6)
+    assert [r["key"] for r in after["rejected"]] == [
+        r["key"] for r in before["rejected"] if r["key"] != fixed
+    ]
+    assert "9 accepted (6 new since the previous run), 4 refused" in text
+    assert "1 of them were replaced or removed since" in text
+    assert after["dataset_uploads"] == {"accepted": 9 + 4 * 3 + 1, "rejected": 3 + 3}
+    assert before["dataset_uploads"] == {"accepted": 9 + 4, "rejected": 4 + 1}
+    assert "The data set now (later uploads included): 22 accepted, 6 rejected." in text
+
+
+def test_a_run_that_froze_no_manifest_took_nothing_in(tmp_path):
+    with mock_aws():
+        stack = make_stack()
+        run = recorded_run.write(stack, recorded_run.record(status="FAILED", cut=""))
+        deployment = connect(stack.name)
+        deployment.clients["sagemaker"] = RecordedSageMaker()
+        facts = collect(deployment, run, out_dir=tmp_path)
+        text = write_report(facts, tmp_path / "report").read_text()
+    assert (facts.accepted, facts.rejected) == (0, [])
+    assert "This run froze no manifest: it took no uploads in." in text
