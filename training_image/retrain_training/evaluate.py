@@ -1,9 +1,12 @@
 """SageMaker Processing entry point: evaluate a trained model (or a training checkpoint) on a data set.
 
 Inputs and outputs are arguments defaulting under `<SAGEMAKER_BASE_DIR or /opt/ml>/processing/`.
-Computes top-1 and top-3 accuracy, per-class precision and recall and the confusion matrix, optionally
-for a baseline (champion) model on the same images, and writes contract.EVALUATION_FILE and
-contract.CONFUSION_MATRIX_FILE. On failure: the reason in the failure file and a non-zero exit.
+Computes top-1 (with its 95% Wilson interval) and top-3 accuracy, per-class precision and recall and the
+confusion matrix, optionally for a baseline (champion) model on the same images, and writes
+contract.EVALUATION_FILE and contract.CONFUSION_MATRIX_FILE. With --suspects, the images whose given label
+the model finds unlikely (label_check.py: confident learning on its probabilities, which must be out of
+sample: a champion on uploads it never trained on) go to contract.SUSPECTS_FILE. On failure: the reason
+in the failure file and a non-zero exit.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import numpy as np
 import torch
 
 from retrain_contract import container as contract
-from retrain_training import checkpoints, data, loaders, models
+from retrain_training import checkpoints, data, label_check, loaders, models
 
 log = logging.getLogger("evaluate")
 SPLITS = ("validation", "all")
@@ -79,6 +82,11 @@ def get_args_parser(base: Path) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--baseline", type=Path, default=None, help="champion model to compare on the same images"
+    )
+    parser.add_argument(
+        "--suspects",
+        action="store_true",
+        help=f"also list the images whose label the model finds unlikely ({contract.SUSPECTS_FILE})",
     )
     parser.add_argument("--output", type=Path, default=processing / "evaluation")
     parser.add_argument("--batch-size", type=int, default=64)
@@ -235,12 +243,26 @@ def metrics(
         ]
     return {
         "top1": float((top1 == targets).mean()),
+        "top1_interval": list(label_check.wilson_interval(int((top1 == targets).sum()), len(targets))),
         "top3": float((ranked == targets[:, None]).any(axis=1).mean()),
         "per_class": per_class,
         **confusion,
         "labels": labels,
         "samples": len(targets),
     }
+
+
+def suspects(
+    logits: torch.Tensor, samples: Sequence[data.Sample], model_labels: list[str], known: int
+) -> dict[str, Any]:
+    """suspects.json of the images whose label the model has (the scoring labels list the model's first,
+    so a sample's label index below `known` is the model's output of the same label)."""
+    kept = [i for i, s in enumerate(samples) if s.label < known]
+    given = np.array([samples[i].label for i in kept], dtype=np.int64)
+    probabilities = torch.softmax(logits[kept], dim=1).numpy() if kept else np.zeros((0, known))
+    keys = [samples[i].key for i in kept]
+    found = label_check.find_suspects(given, probabilities, model_labels, keys)
+    return label_check.report(found, given, model_labels, limit=contract.SUSPECTS_MAX)
 
 
 def scoring_labels(model_labels: list[str], present: set[str]) -> tuple[list[str], list[str]]:
@@ -310,6 +332,11 @@ def evaluate(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     result[contract.TRAINING_SKIPPED_KEY] = candidate.training_skipped
     args.output.mkdir(parents=True, exist_ok=True)
     (args.output / contract.EVALUATION_FILE).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    if args.suspects:
+        (args.output / contract.SUSPECTS_FILE).write_text(
+            json.dumps(suspects(logits, samples, candidate.labels, len(candidate.labels)), indent=2) + "\n",
+            encoding="utf-8",
+        )
     if "confusion_matrix" in result:  # a chart of thousands of labels would show nothing
         plot_confusion(result["confusion_matrix"], labels, args.output / contract.CONFUSION_MATRIX_FILE)
     return result
