@@ -24,8 +24,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from bench.results import machine_line, publish, when
 from controller import names, runs
 from retrain import demo_data, local, timing

@@ -266,8 +266,7 @@ def _contract_findings(
 
 def sagemaker_role_findings(checker: Checker) -> list[Finding]:
     """The execution role the state machine passes to SageMaker, against the S3 layout of a run."""
-    sys.path.insert(0, str(REPO / "functions"))
-    from controller import names
+    from controller import names  # the control plane's names, installed with the project (pyproject.toml)
 
     template = checker.template
     buckets = {
