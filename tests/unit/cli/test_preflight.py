@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,13 +15,10 @@ from typer.testing import CliRunner
 from retrain import preflight, quotas
 from retrain.cli import app
 from retrain.dev import regions
-from retrain.embedded import cfn_types, servicequotas
+from retrain.embedded import servicequotas
 from retrain.embedded.account import ACCOUNT_ID
-from retrain.embedded.gatekeeper.gate import Gatekeeper
-from retrain.embedded.gatekeeper.iam.evaluator import PolicyEvaluator
-from retrain.embedded.gatekeeper.iam.principals import Principals
-from retrain.embedded.server import gated_moto_server
 from retrain.errors import PreflightBindsError, UsageError
+from tests.unit.embedded.emulated_account import emulated_account
 
 SPOT = "ml.g5.xlarge for spot training job usage"
 
@@ -272,12 +268,6 @@ def test_a_missing_or_malformed_region_is_refused(region: str | None) -> None:
 # --- the command against the emulated account ------------------------------------------------------------
 
 
-def _port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def account() -> servicequotas.AccountQuotas:
     return servicequotas.AccountQuotas()
@@ -285,16 +275,8 @@ def account() -> servicequotas.AccountQuotas:
 
 @pytest.fixture(scope="module")
 def endpoint(account: servicequotas.AccountQuotas) -> Iterator[str]:
-    with (
-        servicequotas.installed(account),
-        cfn_types.installed(),
-        PolicyEvaluator(account=ACCOUNT_ID) as evaluator,
-    ):
-        gatekeeper = Gatekeeper(Principals(), evaluator, region="us-east-1", account=ACCOUNT_ID)
-        port = _port()
-        server = gated_moto_server(gatekeeper, ip_address="127.0.0.1", port=port)
-        yield f"http://127.0.0.1:{port}"
-        server.stop()
+    with emulated_account(account) as url:
+        yield url
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import socket
 import zipfile
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -17,20 +16,11 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from retrain import quotas
-from retrain.embedded import cfn_types, servicequotas
+from retrain.embedded import servicequotas
 from retrain.embedded.account import ACCOUNT_ID
-from retrain.embedded.gatekeeper.gate import Gatekeeper
-from retrain.embedded.gatekeeper.iam.evaluator import PolicyEvaluator
-from retrain.embedded.gatekeeper.iam.principals import Principals
-from retrain.embedded.server import gated_moto_server
+from tests.unit.embedded.emulated_account import emulated_account
 
 Client = Callable[[str, str], Any]
-
-
-def _port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -40,27 +30,19 @@ def account() -> servicequotas.AccountQuotas:
 
 @pytest.fixture(scope="module")
 def client(account: servicequotas.AccountQuotas) -> Iterator[Client]:
-    with (
-        servicequotas.installed(account),
-        cfn_types.installed(),
-        PolicyEvaluator(account=ACCOUNT_ID) as evaluator,
-    ):
-        gatekeeper = Gatekeeper(Principals(), evaluator, region="us-east-1", account=ACCOUNT_ID)
-        port = _port()
-        server = gated_moto_server(gatekeeper, ip_address="127.0.0.1", port=port)
+    with emulated_account(account) as endpoint:
 
         def make(service: str, region: str) -> Any:
             return boto3.client(
                 service,
                 region_name=region,
-                endpoint_url=f"http://127.0.0.1:{port}",
+                endpoint_url=endpoint,
                 aws_access_key_id="operator",
                 aws_secret_access_key="operator",
                 config=Config(retries={"max_attempts": 1}),
             )
 
         yield make
-        server.stop()
 
 
 def _named(quotas_listed: list[dict[str, Any]], name: str) -> dict[str, Any]:
