@@ -64,6 +64,14 @@ CONFUSION_MATRIX_FILE = "confusion_matrix.png"
 # ranked, at most SUSPECTS_MAX of them listed, with per-label rates.
 SUSPECTS_FILE = "suspects.json"
 SUSPECTS_MAX = 1000
+# The champion on the new uploads (evaluate.py --split arrivals): the run's new uploads (split "new") and
+# images of its validation split that are not new (split "validation", the champion's own yardstick and
+# every label's threshold for the label check), each a stratified sample of at most this many.
+ARRIVALS_FILE = "arrivals.json"
+SPLIT_NEW = "new"
+SPLIT_ARRIVALS = "arrivals"  # evaluate.py's --split for this job
+ARRIVALS_NEW_MAX = 20_000
+ARRIVALS_VALIDATION_MAX = 5_000
 # evaluation.json holds the whole confusion matrix up to this many labels; beyond, its most frequent
 # confusions ([true, predicted, count]), so that its size grows with the labels, not their square.
 DENSE_CONFUSION_MAX_LABELS = 100
@@ -494,6 +502,12 @@ EVALUATION_MODEL_DIR = f"{PROCESSING_DIR}/input/model"
 EVALUATION_DATA_DIR = f"{PROCESSING_DIR}/input/data/{CHANNEL_TRAIN}"
 EVALUATION_MANIFEST_DIR = f"{PROCESSING_DIR}/input/data/{CHANNEL_MANIFEST}"
 PROCESSING_OUTPUT_DIR = f"{PROCESSING_DIR}/output"
+# ... and of the champion on the new uploads under SuspectLabels=hold: the run's manifest in, the same
+# manifest without the suspects out (the training jobs' manifest channel then).
+ARRIVALS_RUN_MANIFEST_INPUT = "run-manifest"
+ARRIVALS_RUN_MANIFEST_DIR = f"{PROCESSING_DIR}/input/run-manifest"
+ARRIVALS_HELD_OUTPUT = "held-manifest"
+ARRIVALS_HELD_DIR = f"{PROCESSING_DIR}/held-manifest"
 # ... and of the rule check, which reads a training job's output.tar.gz.
 RULE_CHECK_INPUT = "training-output"
 RULE_CHECK_OUTPUT = "output"
@@ -510,6 +524,8 @@ FROZEN_LABELS_FILE = "labels.json"  # ["label", ...], sorted
 FROZEN_CLASS_COUNTS_FILE = "class_counts.json"  # {"class_counts": {...}, "excluded_labels": {...}}
 VALIDATION_MANIFEST_FILE = "validation.manifest"  # a ManifestFile of the validation split's images
 VALIDATION_LINES_DIR = "validation"  # <frozen>/validation/manifest.jsonl: the split's manifest lines
+ARRIVALS_MANIFEST_FILE = "arrivals.manifest"  # a ManifestFile of the images the champion checks
+ARRIVALS_LINES_DIR = "arrivals"  # <frozen>/arrivals/manifest.jsonl: their lines, split new or validation
 # An evaluation job's volume: the validation split's bytes with room to spare, plus this much for the
 # model, the manifest and the outputs (SageMaker copies File-mode inputs onto the volume first).
 EVALUATION_VOLUME_BASE_GB = 10
@@ -542,6 +558,31 @@ def evaluation_arguments(model: str = EVALUATION_MODEL_DIR) -> list[str]:
         "--output",
         PROCESSING_OUTPUT_DIR,
     ]
+
+
+def arrivals_arguments(*, hold: bool) -> list[str]:
+    """evaluate.py's arguments for the champion on the new uploads; with `hold`, it also writes the run's
+    manifest without the suspects."""
+    arguments = [
+        "--model",
+        EVALUATION_MODEL_DIR,
+        "--data",
+        EVALUATION_DATA_DIR,
+        "--manifest",
+        f"{EVALUATION_MANIFEST_DIR}/{MANIFEST_FILE}",
+        "--split",
+        SPLIT_ARRIVALS,
+        "--output",
+        PROCESSING_OUTPUT_DIR,
+    ]
+    if hold:
+        arguments += [
+            "--hold-manifest",
+            f"{ARRIVALS_RUN_MANIFEST_DIR}/{MANIFEST_FILE}",
+            "--held-output",
+            ARRIVALS_HELD_DIR,
+        ]
+    return arguments
 
 
 def rule_check_arguments(system_rule_patience: int) -> list[str]:
@@ -580,6 +621,13 @@ class RuleCheckSpec(TypedDict):
     output_dir: str
 
 
+class ArrivalsSpec(TypedDict):
+    run_manifest_input: str
+    run_manifest_dir: str
+    held_output: str
+    held_dir: str
+
+
 class FreezeSpec(TypedDict):
     entrypoint: list[str]
     manifest_output: str
@@ -600,6 +648,7 @@ class StateMachineSpec(TypedDict):
     evaluation: EvaluationSpec
     rule_check: RuleCheckSpec
     freeze: FreezeSpec
+    arrivals: ArrivalsSpec
 
 
 def state_machine_spec(*, system_rule_patience: int) -> StateMachineSpec:
@@ -635,5 +684,11 @@ def state_machine_spec(*, system_rule_patience: int) -> StateMachineSpec:
             "manifest_dir": FREEZE_MANIFEST_DIR,
             "frozen_output": FREEZE_FROZEN_OUTPUT,
             "frozen_dir": FREEZE_FROZEN_DIR,
+        },
+        "arrivals": {
+            "run_manifest_input": ARRIVALS_RUN_MANIFEST_INPUT,
+            "run_manifest_dir": ARRIVALS_RUN_MANIFEST_DIR,
+            "held_output": ARRIVALS_HELD_OUTPUT,
+            "held_dir": ARRIVALS_HELD_DIR,
         },
     }

@@ -5,8 +5,14 @@ Computes top-1 (with its 95% Wilson interval) and top-3 accuracy, per-class prec
 confusion matrix, optionally for a baseline (champion) model on the same images, and writes
 contract.EVALUATION_FILE and contract.CONFUSION_MATRIX_FILE. With --suspects, the images whose given label
 the model finds unlikely (label_check.py: confident learning on its probabilities, which must be out of
-sample: a champion on uploads it never trained on) go to contract.SUSPECTS_FILE. On failure: the reason
-in the failure file and a non-zero exit.
+sample: a champion on uploads it never trained on) go to contract.SUSPECTS_FILE.
+
+With --split arrivals, the model is the champion and --manifest the run's arrivals (freeze.py): lines of
+split "new" (the run's new uploads, out of sample for it) and "validation" (its own yardstick). It is
+scored on each apart, the label check runs over both (every label has images for its threshold) and lists
+the suspects among the new uploads: contract.ARRIVALS_FILE and contract.SUSPECTS_FILE, no evaluation.json.
+With --hold-manifest and --held-output, the run's manifest is also copied without the suspects' lines.
+On failure: the reason in the failure file and a non-zero exit.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from retrain_contract import container as contract
 from retrain_training import checkpoints, data, label_check, loaders, models
 
 log = logging.getLogger("evaluate")
-SPLITS = ("validation", "all")
+SPLITS = ("validation", "all", contract.SPLIT_ARRIVALS)
 ARCHIVE = "model.tar.gz"
 DEFAULT_VAL_FRACTION = contract.VAL_FRACTION_DEFAULT
 
@@ -72,7 +78,8 @@ def get_args_parser(base: Path) -> argparse.ArgumentParser:
         "--split",
         choices=SPLITS,
         default="validation",
-        help="validation: only the images training hashed into validation; all: every image",
+        help="validation: only the images training hashed into validation; all: every image; "
+        f"{contract.SPLIT_ARRIVALS}: the champion on a run's new uploads (--manifest: their lines)",
     )
     parser.add_argument(
         "--val-fraction",
@@ -87,6 +94,18 @@ def get_args_parser(base: Path) -> argparse.ArgumentParser:
         "--suspects",
         action="store_true",
         help=f"also list the images whose label the model finds unlikely ({contract.SUSPECTS_FILE})",
+    )
+    parser.add_argument(
+        "--hold-manifest",
+        type=Path,
+        default=None,
+        help=f"with --split {contract.SPLIT_ARRIVALS}: the run's manifest, to copy without the suspects",
+    )
+    parser.add_argument(
+        "--held-output",
+        type=Path,
+        default=None,
+        help=f"where --hold-manifest's copy goes (<dir>/{contract.MANIFEST_FILE})",
     )
     parser.add_argument("--output", type=Path, default=processing / "evaluation")
     parser.add_argument("--batch-size", type=int, default=64)
@@ -252,15 +271,22 @@ def metrics(
     }
 
 
-def suspects(
-    logits: torch.Tensor, samples: Sequence[data.Sample], model_labels: list[str], known: int
-) -> dict[str, Any]:
-    """suspects.json of the images whose label the model has (the scoring labels list the model's first,
-    so a sample's label index below `known` is the model's output of the same label)."""
+def checkable(
+    logits: torch.Tensor, samples: Sequence[data.Sample], known: int
+) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(given labels, probabilities, keys) of the images whose label the model has (the scoring labels
+    list the model's first, so a sample's label index below `known` is the model's output of it)."""
     kept = [i for i, s in enumerate(samples) if s.label < known]
     given = np.array([samples[i].label for i in kept], dtype=np.int64)
     probabilities = torch.softmax(logits[kept], dim=1).numpy() if kept else np.zeros((0, known))
-    keys = [samples[i].key for i in kept]
+    return given, probabilities, [samples[i].key for i in kept]
+
+
+def suspects(
+    logits: torch.Tensor, samples: Sequence[data.Sample], model_labels: list[str], known: int
+) -> dict[str, Any]:
+    """suspects.json of the images whose label the model has."""
+    given, probabilities, keys = checkable(logits, samples, known)
     found = label_check.find_suspects(given, probabilities, model_labels, keys)
     return label_check.report(found, given, model_labels, limit=contract.SUSPECTS_MAX)
 
@@ -294,7 +320,175 @@ def plot_confusion(matrix: list[list[int]], labels: list[str], out: Path) -> Non
     plt.close(figure)
 
 
+def check_arguments(args: argparse.Namespace) -> None:
+    """The combinations argparse cannot refuse: --hold-manifest and --held-output go together, and only
+    with --split arrivals, which compares no baseline."""
+    hold = {"--hold-manifest": args.hold_manifest, "--held-output": args.held_output}
+    given = [name for name, value in hold.items() if value is not None]
+    if len(given) == 1:
+        [missing] = [name for name in hold if name not in given]
+        raise EvaluationError(f"{given[0]} needs {missing}: give both or neither")
+    arrivals = args.split == contract.SPLIT_ARRIVALS
+    if given and not arrivals:
+        raise EvaluationError(f"--hold-manifest applies to --split {contract.SPLIT_ARRIVALS} only")
+    if arrivals and args.baseline is not None:
+        raise EvaluationError(f"--baseline does not apply to --split {contract.SPLIT_ARRIVALS}")
+    if args.hold_manifest is not None and not args.hold_manifest.is_file():
+        raise EvaluationError(f"--hold-manifest {args.hold_manifest} does not exist")
+
+
+def read_arrivals(manifest: Path) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """(key, label) of the new images and of the validation images of an arrivals manifest, each path
+    once (a path that is both counts as new)."""
+    found: dict[str, dict[str, str]] = {contract.SPLIT_NEW: {}, contract.SPLIT_VALIDATION: {}}
+    for number, line in enumerate(manifest.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            key = str(record[contract.MANIFEST_PATH_KEY]).lstrip("/")
+            label, split = str(record[contract.MANIFEST_LABEL_KEY]), record[contract.MANIFEST_SPLIT_KEY]
+        except (ValueError, KeyError, TypeError) as error:
+            raise EvaluationError(
+                f"arrivals manifest {manifest} line {number} is not a JSON object with "
+                f"'{contract.MANIFEST_PATH_KEY}', '{contract.MANIFEST_LABEL_KEY}' and "
+                f"'{contract.MANIFEST_SPLIT_KEY}': {error}"
+            ) from error
+        if split not in found:
+            raise EvaluationError(
+                f"arrivals manifest {manifest} line {number}: '{contract.MANIFEST_SPLIT_KEY}' is {split!r}; "
+                f"give '{contract.SPLIT_NEW}' or '{contract.SPLIT_VALIDATION}'"
+            )
+        found[split].setdefault(key, label)
+    new = found[contract.SPLIT_NEW]
+    if not new:
+        raise EvaluationError(
+            f"arrivals manifest {manifest} has no '{contract.SPLIT_NEW}' line: no new upload to evaluate on"
+        )
+    validation = [(key, label) for key, label in found[contract.SPLIT_VALIDATION].items() if key not in new]
+    return list(new.items()), validation
+
+
+def hold(manifest: Path, output: Path, suspected: set[str]) -> int:
+    """Copy the run's manifest to `output`/manifest.jsonl without the lines of suspected paths, the other
+    lines byte for byte; the number of distinct paths left out."""
+    removed: set[str] = set()
+    kept: list[bytes] = []
+    for number, line in enumerate(manifest.read_bytes().splitlines(keepends=True), start=1):
+        if line.strip():
+            try:
+                key = str(json.loads(line)[contract.MANIFEST_PATH_KEY]).lstrip("/")
+            except (ValueError, KeyError, TypeError) as error:
+                raise EvaluationError(
+                    f"run manifest {manifest} line {number} names no path: {error}"
+                ) from error
+            if key in suspected:
+                removed.add(key)
+                continue
+        kept.append(line)
+    output.mkdir(parents=True, exist_ok=True)
+    (output / contract.MANIFEST_FILE).write_bytes(b"".join(kept))
+    return len(removed)
+
+
+def arrivals_manifest(args: argparse.Namespace) -> Path:
+    manifest: Path | None = args.manifest
+    if manifest is None and (args.data / contract.MANIFEST_FILE).is_file():
+        manifest = args.data / contract.MANIFEST_FILE
+    if manifest is None or not manifest.is_file():
+        raise EvaluationError(
+            f"--split {contract.SPLIT_ARRIVALS} reads the run's arrivals lines: give --manifest "
+            f"(not found: {manifest or args.data / contract.MANIFEST_FILE})"
+        )
+    return manifest
+
+
+def arrival_images(
+    args: argparse.Namespace,
+) -> tuple[list[tuple[Path, str, str]], list[tuple[Path, str, str]]]:
+    """(path, key, label) of the decodable new images and of the decodable validation images."""
+    manifest = arrivals_manifest(args)
+    new_entries, validation_entries = read_arrivals(manifest)
+    if not args.data.is_dir():
+        raise EvaluationError(f"data directory {args.data} does not exist")
+    skipped: list[tuple[str, str]] = []
+    new = data.decodable(new_entries, args.data, skipped)
+    if not new:
+        raise EvaluationError(f"no decodable new image in {args.data} of those {manifest} names")
+    return new, data.decodable(validation_entries, args.data, skipped)
+
+
+def evaluate_arrivals(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """The champion on a run's new uploads beside its validation images: arrivals.json, suspects.json
+    and, with --hold-manifest, the run's manifest without the suspects."""
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    new, validation = arrival_images(args)
+    champion = load_artifact(args.model, workdir)
+    labels, unknown = scoring_labels(champion.labels, {label for _, _, label in (*new, *validation)})
+    if unknown:
+        log.warning("the model was not trained on %s: their images count as wrong", ", ".join(unknown))
+    index = {label: i for i, label in enumerate(labels)}
+    samples = [data.Sample(path, index[label], key) for path, key, label in (*new, *validation)]
+    targets = np.array([s.label for s in samples], dtype=np.int64)
+    options = {"batch_size": args.batch_size, "num_workers": args.num_workers, "device": device}
+    logits = predict(build(champion, device), samples, image_size=champion.image_size, **options)
+    count = len(new)
+    scored_new = metrics(logits[:count], targets[:count], labels, champion.labels)
+    scored_validation = (
+        metrics(logits[count:], targets[count:], labels, champion.labels) if validation else None
+    )
+    found = new_suspects(logits, samples, count, champion.labels)
+    known = len(champion.labels)
+    document = label_check.report(
+        found, targets[:count][targets[:count] < known], champion.labels, limit=contract.SUSPECTS_MAX
+    )
+    held = 0
+    if args.hold_manifest is not None:
+        held = hold(args.hold_manifest, args.held_output, {s.key for s in found})
+    result = {
+        "new": scored_new,
+        "validation": scored_validation,
+        "drift": None if scored_validation is None else scored_validation["top1"] - scored_new["top1"],
+        "suspects": {key: document[key] for key in ("images_checked", "suspect_count", "per_label")},
+        "held": held,
+        "labels_the_model_lacks": unknown,
+        "model": str(champion.source),
+        "method": document["method"],
+    }
+    args.output.mkdir(parents=True, exist_ok=True)
+    (args.output / contract.SUSPECTS_FILE).write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    (args.output / contract.ARRIVALS_FILE).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    return result
+
+
+def new_suspects(
+    logits: torch.Tensor, samples: Sequence[data.Sample], count: int, model_labels: list[str]
+) -> list[label_check.Suspect]:
+    """The suspects among the first `count` samples (the new uploads), all of them, most unlikely first:
+    the label check runs over every sample whose label the model has, so each label has its threshold."""
+    given, probabilities, keys = checkable(logits, samples, len(model_labels))
+    new_keys = {s.key for s in samples[:count]}
+    return [
+        s for s in label_check.find_suspects(given, probabilities, model_labels, keys) if s.key in new_keys
+    ]
+
+
+def summary_line(result: dict[str, Any]) -> str:
+    """The job's last line of output."""
+    if "new" in result:
+        validation = result["validation"]
+        return (
+            f"new top1: {result['new']['top1']:.6f} samples: {result['new']['samples']} validation top1: "
+            f"{'-' if validation is None else format(validation['top1'], '.6f')} "
+            f"suspects: {result['suspects']['suspect_count']} held: {result['held']}"
+        )
+    return f"top1: {result['top1']:.6f} top3: {result['top3']:.6f} samples: {result['samples']}"
+
+
 def evaluate(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    check_arguments(args)
+    if args.split == contract.SPLIT_ARRIVALS:
+        return evaluate_arrivals(args, workdir)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     candidate = load_artifact(args.model, workdir)
     val_fraction = args.val_fraction if args.val_fraction is not None else candidate.val_fraction
@@ -352,9 +546,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         args = get_args_parser(paths.base).parse_args(argv)
         with tempfile.TemporaryDirectory() as workdir:
             result = evaluate(args, Path(workdir))
-        print(
-            f"top1: {result['top1']:.6f} top3: {result['top3']:.6f} samples: {result['samples']}", flush=True
-        )
+        print(summary_line(result), flush=True)
         return 0
 
     return contract.run_reporting_failure(paths, body, invalid="invalid evaluation arguments", argv=argv)
