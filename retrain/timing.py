@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-PREPARE, IMPORT, TUNING, FINAL, RULES, EVALUATION, GATE, FINISH = (
+PREPARE, ARRIVALS, IMPORT, TUNING, FINAL, RULES, EVALUATION, GATE, FINISH = (
     "prepare",
+    "champion on the new uploads",
     "FSx import",
     "tuning",
     "final training",
@@ -27,6 +28,10 @@ STATE_PHASES: Final[Mapping[str, str]] = {
     "Freeze the manifest": PREPARE,
     "Back off before the freeze": PREPARE,
     "Read the frozen manifest": PREPARE,
+    # started beside tuning (a moment), or awaited under TrainWhen=drift / SuspectLabels=hold
+    "Start the champion on the new uploads": ARRIVALS,
+    "Evaluate the champion on the new uploads": ARRIVALS,
+    "Weigh the champion on the new uploads": ARRIVALS,
     "Import new images": IMPORT,
     "Wait for the import": IMPORT,
     "Check the import": IMPORT,

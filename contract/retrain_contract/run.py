@@ -65,6 +65,8 @@ class RunSettings(TypedDict):
     freeze_backbone_epochs_max: int
     fine_tune_batchnorm: str
     min_training_steps: int  # every training job takes at least this many optimizer steps
+    train_when: str  # one of TRAIN_WHEN
+    suspect_labels: str  # one of SUSPECT_LABELS
 
 
 class SettingsError(ValueError):
@@ -103,6 +105,7 @@ class Jobs(TypedDict):
     challenger: str
     champion: str
     freeze: str
+    arrivals: str  # the champion on the run's new uploads
 
 
 class Vpc(TypedDict):
@@ -120,6 +123,32 @@ class CheckpointConfig(TypedDict):
 class Tag(TypedDict):
     Key: str
     Value: str
+
+
+# TrainWhen: always - every run trains; drift - a run whose champion does as well on its new uploads as on
+# its validation split ends as NOT_NEEDED. SuspectLabels: keep - suspected label errors train as given;
+# hold - they stay out of this run's training (and are listed).
+TRAIN_ALWAYS, TRAIN_ON_DRIFT = "always", "drift"
+TRAIN_WHEN = (TRAIN_ALWAYS, TRAIN_ON_DRIFT)
+SUSPECTS_KEEP, SUSPECTS_HOLD = "keep", "hold"
+SUSPECT_LABELS = (SUSPECTS_KEEP, SUSPECTS_HOLD)
+
+
+class Arrivals(TypedDict):
+    """`$.run.arrivals`: the champion evaluated on the run's new uploads (controller/arrivals.py)."""
+
+    check: bool  # the job runs: the data set has a champion and the run new images of trained labels
+    before_training: bool  # TrainWhen drift or SuspectLabels hold: its result decides, so training waits
+    train_when: str
+    suspect_labels: str
+    arguments: list[str]  # evaluate.py's (container.arrivals_arguments)
+    s3_uri: str  # the job's output prefix: arrivals.json, suspects.json
+    manifest_uri: str  # a ManifestFile of the images it reads
+    lines_uri: str  # their manifest lines (split new or validation)
+    run_manifest_uri: str  # the run's manifest channel, read under hold
+    held_s3_uri: str  # under hold: the run's manifest without the suspects
+    images: int  # new uploads it checks (at most container.ARRIVALS_NEW_MAX)
+    volume_gb: int
 
 
 START_SCRATCH = "scratch"
@@ -207,6 +236,7 @@ class Run(TypedDict):
     has_champion: bool
     champion_model_data: str
     champion_model_package_arn: str
+    arrivals: Arrivals
 
 
 # Prepare's result, the execution's state: the run, and the counters later states update. `import`

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from controller import clients, datasets, dispatch, names, notes, runs
+from controller import arrivals, clients, datasets, dispatch, names, notes, runs
 from controller.best_candidate import seconds
 from controller.config import Config, get_config
 from controller.observability import logger, metrics, tracer
@@ -54,11 +54,12 @@ def finalize(
     moment = now or datetime.now(UTC)
     at = moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     accepted = decision["decision"] == "accepted"
+    not_needed = decision["decision"] == arrivals.NOT_NEEDED  # TrainWhen=drift: nothing to learn
     record = runs.get_run(dataset, run_id, table_name=config.runs_table, client=dynamodb)
     if model.get("final"):
         run = {**run, "final_training_job": model.get("training_job")}
     fields: dict[str, Any] = {
-        "status": "SUCCEEDED" if accepted else "REJECTED",
+        "status": "SUCCEEDED" if accepted else "NOT_NEEDED" if not_needed else "REJECTED",
         "finished_at": at,
         "updated_at": at,
         **time_totals(run, record, sagemaker=sagemaker),
@@ -84,22 +85,33 @@ def finalize(
         }
     datasets.release(dataset, run_id, table_name=config.datasets_table, client=dynamodb, updates=updates)
     metrics.add_metric(
-        name=names.METRIC_RUNS_SUCCEEDED if accepted else names.METRIC_RUNS_REJECTED, unit="Count", value=1
+        name=names.METRIC_RUNS_SUCCEEDED
+        if accepted
+        else names.METRIC_RUNS_NOT_NEEDED
+        if not_needed
+        else names.METRIC_RUNS_REJECTED,
+        unit="Count",
+        value=1,
     )
     next_run = None
+    if not_needed:
+        gate = {"gate": dict(decision)}
+        runs.update_run(dataset, run_id, gate, table_name=config.runs_table, client=dynamodb)
     if sfn is not None and config.state_machine_arn:
         outcome = dispatch.consider(dataset, now=moment, config=config, dynamodb=dynamodb, sfn=sfn)
         next_run = outcome.run_id if outcome.action == "started" else None
     verdict = "registered" if accepted else "rejected"
-    subject = f"retrain {dataset}: model {verdict}"
+    subject = f"retrain {dataset}: " + ("no retraining needed" if not_needed else f"model {verdict}")
     lines = [
-        f"Run {run_id} of data set {dataset}: model {verdict}.",
+        f"Run {run_id} of data set {dataset}: "
+        + ("no retraining needed, the champion stays." if not_needed else f"model {verdict}."),
         f"Reason: {decision['reason']}.",
         f"Images: {run.get('manifest_size')} ({run.get('new_images')} new), {run.get('label_count')} labels.",
     ]
     if registered.get("model_package_arn"):
         lines.append(f"Model package: {registered['model_package_arn']}")
     lines += notes.start_line(record)
+    lines += notes.arrival_lines(record)
     lines += notes.rule_lines(record)
     lines += notes.data_lines(record, bucket=config.artifact_bucket)
     if next_run:

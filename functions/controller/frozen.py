@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
-from controller import clients, names, runs
+from controller import arrivals, clients, names, runs
 from controller.config import Config, get_config
 from controller.errors import NotEnoughDataError
 from controller.observability import logger, tracer
@@ -55,6 +55,7 @@ def apply_summary(run: Run, summary: dict[str, Any]) -> Run:
         "Run",
         {
             **run,
+            "arrivals": arrivals.after_freeze(run, summary),
             "label_count": int(summary["label_count"]),
             "manifest_size": int(summary["size"]),
             "new_images": new,

@@ -284,6 +284,10 @@ METRIC_REQUEUED: Final = "ThrottledNoticesRequeued"
 METRIC_RUNS_STARTED: Final = "RunsStarted"
 METRIC_RUNS_SUCCEEDED: Final = "RunsSucceeded"
 METRIC_RUNS_REJECTED: Final = "RunsRejected"
+METRIC_RUNS_NOT_NEEDED: Final = "RunsNotNeeded"  # TrainWhen=drift: the champion did as well
+METRIC_CHAMPION_NEW_TOP1: Final = "ChampionTop1OnNewUploads"
+METRIC_CHAMPION_DRIFT: Final = "ChampionDrift"  # its validation top-1 minus its top-1 on the new uploads
+METRIC_SUSPECTED_LABELS: Final = "SuspectedLabelErrors"
 METRIC_RUNS_FAILED: Final = "RunsFailed"
 METRIC_CHECKPOINT_EVALS: Final = "CheckpointEvaluationsStarted"
 METRIC_STUCK_RUNS: Final = "StuckRuns"

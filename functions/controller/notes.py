@@ -96,3 +96,33 @@ def rule_lines(record: Mapping[str, Any] | None) -> list[str]:
             line += f" What to do: {advice}."
         lines.append(line)
     return lines
+
+
+def arrival_lines(record: Mapping[str, Any] | None) -> list[str]:
+    """The champion on the run's new uploads, one line each: its top-1 there beside its validation
+    top-1 (the drift), the suspected label errors and what became of them, and TrainWhen's decision."""
+    arrivals = (record or {}).get("arrivals") or {}
+    if not arrivals:
+        return []
+    if arrivals.get("top1") is None:
+        problem = arrivals.get("problem") or arrivals.get("status")
+        return [f"The champion on the new uploads: no figures ({problem})."]
+    low, high = arrivals.get("top1_interval") or (0.0, 0.0)
+    sample = f"a sample of {arrivals['checked']}" if arrivals.get("sampled") else f"{arrivals['checked']}"
+    line = f"The champion on {sample} new uploads: top-1 {arrivals['top1']:.4f} (95% CI {low:.4f}-{high:.4f})"
+    reference = arrivals.get("validation_top1")
+    if reference is not None:
+        line += f", {reference:.4f} on its validation split (drift {arrivals['drift']:+.4f})"
+    lines = [line + "."]
+    count = int(arrivals.get("suspect_count", 0))
+    held = int(arrivals.get("held", 0))
+    fate = f"{held} held out of this run's training" if held else "kept in training"
+    lines.append(
+        f"Suspected label errors among them: {count} ({float(arrivals.get('suspect_rate', 0.0)):.1%}), "
+        f"{fate}; the list in {arrivals.get('suspects_uri')}."
+        if count
+        else "Suspected label errors among them: none."
+    )
+    if arrivals.get("train_when") == "drift":
+        lines.append(f"TrainWhen=drift: {arrivals.get('reason')}.")
+    return lines

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from controller import clients, datasets, deadline, ledger, names, runs
+from controller import arrivals, clients, datasets, deadline, ledger, names, runs
 from controller.config import Config, get_config
 from controller.errors import ConfigurationError, DatasetBusyError, InvalidRunInputError
 from controller.observability import logger, tracer
@@ -56,6 +56,7 @@ def job_names(dataset: str, execution_arn: str) -> Jobs:
         "challenger": f"{stem}-eval-new",
         "champion": f"{stem}-eval-champion",
         "freeze": f"{stem}-freeze",
+        "arrivals": f"{stem}-eval-arrivals",
     }
 
 
@@ -533,6 +534,14 @@ def build_run(ctx: Context, config: Config) -> Run:
         "has_champion": bool(champion.get("model_data")),
         "champion_model_data": str(champion.get("model_data", "")),
         "champion_model_package_arn": str(champion.get("model_package_arn", "")),
+        "arrivals": arrivals.plan(
+            settings,
+            bucket=config.artifact_bucket,
+            dataset=dataset,
+            run_id=run_id,
+            frozen_s3_uri=uris["frozen_s3_uri"],
+            manifest_s3_uri=uris["manifest_s3_uri"],
+        ),
     }
 
 

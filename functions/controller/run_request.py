@@ -14,6 +14,7 @@ against it with Powertools' validation utility (fastjsonschema).
         "class_balance": "oversample", "class_balance_ratio": 0.5,   # or "cap" with "class_balance_cap"
         "min_images_per_label": 5, "small_labels": "exclude",
         "start_from": "champion",                # "pretrained", "imagenet", "scratch" (README)
+        "train_when": "drift", "suspect_labels": "hold",   # the champion on the new uploads decides
         "pretrained_model_uri": "s3://bucket/efficientnet-lite0.pth",  # implies start_from pretrained
         "hyperparameters": {"lr": 0.01, "optimizer": "sgd"}}}   # fixed: skip tuning, train once
 """
@@ -28,7 +29,7 @@ from aws_lambda_powertools.utilities.validation import SchemaValidationError, va
 from controller import names
 from controller.errors import InvalidRunInputError
 from retrain_contract import balance, container
-from retrain_contract.run import STARTS
+from retrain_contract.run import STARTS, SUSPECT_LABELS, TRAIN_WHEN
 
 TRIGGERS: Final = ("schedule", "upload", "manual")
 MODELS: Final = container.MODELS
@@ -74,6 +75,8 @@ OVERRIDES_SCHEMA: Final[dict[str, Any]] = {
         "min_images_per_label": _integer(1, 1_000_000),
         "small_labels": {"enum": list(balance.SMALL_LABELS)},
         "start_from": {"enum": list(STARTS)},
+        "train_when": {"enum": list(TRAIN_WHEN)},
+        "suspect_labels": {"enum": list(SUSPECT_LABELS)},
         "pretrained_model_uri": {"type": "string", "pattern": names.PRETRAINED_URI_PATTERN},
         "hyperparameters": {
             "type": "object",

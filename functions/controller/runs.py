@@ -17,9 +17,9 @@ from controller import clients, names
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-RunStatus = Literal["STARTING", "RUNNING", "SUCCEEDED", "REJECTED", "FAILED"]
+RunStatus = Literal["STARTING", "RUNNING", "SUCCEEDED", "REJECTED", "NOT_NEEDED", "FAILED"]
 ACTIVE_STATUSES: tuple[RunStatus, ...] = ("STARTING", "RUNNING")
-FINAL_STATUSES: tuple[RunStatus, ...] = ("SUCCEEDED", "REJECTED", "FAILED")
+FINAL_STATUSES: tuple[RunStatus, ...] = ("SUCCEEDED", "REJECTED", "NOT_NEEDED", "FAILED")
 
 
 class RuleResult(TypedDict):

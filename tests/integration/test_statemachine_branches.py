@@ -24,6 +24,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from controller import (
+    arrivals,
     best_candidate,
     datasets,
     finalize,
@@ -59,6 +60,7 @@ ACCOUNT = ACCOUNT_ID
 FUNCTIONS = (
     "PrepareRunFunction",
     "ReadFrozenManifestFunction",
+    "ReadArrivalsFunction",
     "ImportReportFunction",
     "PickBestCandidateFunction",
     "GateFunction",
@@ -91,6 +93,12 @@ class Script:
     tuning_attempts: int = 0
     rules_pending_describes: int = 0  # describes that still show managed rules InProgress
     record_failure_breaks: bool = False
+    # the champion on the new uploads: its top-1 there and on its validation images, the paths it suspects
+    arrivals_top1: float = 0.9
+    arrivals_validation_top1: float = 0.9
+    arrivals_suspects: tuple[str, ...] = ()
+    arrivals_status: str = "Completed"
+    arrivals_pending_describes: int = 0  # describes that still show the job InProgress
 
 
 @dataclass
@@ -102,6 +110,7 @@ class ScriptedSageMaker:
     dynamodb: Any = None
     requests: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    order: list[str] = field(default_factory=list)  # the kinds of job requests, in the order made
 
     def _freeze(self, request: dict[str, Any]) -> None:
         """The freezing job's program itself (it reads this moto's ledger), its outputs put where the
@@ -127,6 +136,53 @@ class ScriptedSageMaker:
 
     def _record(self, kind: str, request: dict[str, Any]) -> None:
         self.requests.setdefault(kind, []).append(request)
+        self.order.append(kind)
+
+    def _read(self, uri: str) -> bytes:
+        bucket, _, key = uri[len("s3://") :].partition("/")
+        return bytes(self.s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+
+    def _arrivals(self, request: dict[str, Any]) -> None:
+        """The champion on the new uploads: the scripted figures over the lines the freeze chose, and
+        under hold the run's manifest without the scripted suspects."""
+        inputs = {i["InputName"]: i["S3Input"]["S3Uri"] for i in request["ProcessingInputs"]}
+        outputs = {
+            o["OutputName"]: o["S3Output"]["S3Uri"] for o in request["ProcessingOutputConfig"]["Outputs"]
+        }
+        lines = [json.loads(line) for line in self._read(
+            inputs[container.CHANNEL_MANIFEST] + container.MANIFEST_FILE).decode().splitlines()]  # fmt: skip
+        new = [line for line in lines if line[container.MANIFEST_SPLIT_KEY] == container.SPLIT_NEW]
+        validation = len(lines) - len(new)
+        suspects = [path for path in self.script.arrivals_suspects if any(
+            line[container.MANIFEST_PATH_KEY] == path for line in new)]  # fmt: skip
+        top1, reference = self.script.arrivals_top1, self.script.arrivals_validation_top1
+        held = 0
+        arguments = request["AppSpecification"]["ContainerArguments"]
+        if "--hold-manifest" in arguments:
+            manifest = self._read(inputs[container.ARRIVALS_RUN_MANIFEST_INPUT] + container.MANIFEST_FILE)
+            kept = [line for line in manifest.decode().splitlines(keepends=True)
+                    if json.loads(line)[container.MANIFEST_PATH_KEY] not in suspects]  # fmt: skip
+            held = len(manifest.decode().splitlines()) - len(kept)
+            bucket, _, key = (outputs[container.ARRIVALS_HELD_OUTPUT] + container.MANIFEST_FILE)[
+                5:
+            ].partition("/")
+            self.s3.put_object(Bucket=bucket, Key=key, Body="".join(kept).encode())
+        figures = {
+            "samples": len(new),
+            "top1": top1,
+            "top1_interval": [top1 - 0.05, min(1.0, top1 + 0.05)],
+            "top3": 1.0,
+            "per_class": {"daisy": {"recall": top1, "support": len(new)}},
+        }
+        self._put(outputs[container.EVALUATION_OUTPUT] + container.ARRIVALS_FILE, {
+            "new": figures,
+            "validation": {"samples": validation, "top1": reference, "top1_interval": [reference - 0.05,
+                           min(1.0, reference + 0.05)], "top3": 1.0} if validation else None,
+            "drift": reference - top1 if validation else None,
+            "suspects": {"images_checked": len(new), "suspect_count": len(suspects), "per_label": {}},
+            "held": held,
+            "labels_the_model_lacks": [],
+        })  # fmt: skip
 
     def _put(self, uri: str, body: Any) -> None:
         bucket, _, key = uri[len("s3://") :].partition("/")
@@ -258,11 +314,15 @@ class ScriptedSageMaker:
     def create_processing_job(self, **request: Any) -> dict[str, Any]:
         entry = request["AppSpecification"]["ContainerEntrypoint"][-1]
         freezing = entry.endswith(container.FREEZE_PROGRAM)
-        self._record("freeze" if freezing else "processing", request)
         name = request["ProcessingJobName"]
+        arriving = name.endswith("eval-arrivals")
+        self._record("freeze" if freezing else "arrivals" if arriving else "processing", request)
         output = request["ProcessingOutputConfig"]["Outputs"][0]["S3Output"]["S3Uri"].rstrip("/")
         if freezing:
             self._freeze(request)
+        elif arriving:
+            if self.script.arrivals_status == "Completed":
+                self._arrivals(request)
         elif entry.endswith("rule_check.py"):
             self._put(
                 f"{output}/rule_results.json",
@@ -281,13 +341,21 @@ class ScriptedSageMaker:
             self._put(f"{output}/evaluation.json", {"top1": top1, "top3": 1.0, "labels": ["a", "b"]})
         self.jobs[name] = {
             "ProcessingJobName": name,
-            "ProcessingJobStatus": "Completed",
+            "ProcessingJobStatus": "Completed"
+            if not name.endswith("eval-arrivals")
+            else self.script.arrivals_status,
             "CreationTime": EPOCH,
         }
         return {"ProcessingJobArn": f"arn:aws:sagemaker:us-east-1:{ACCOUNT}:processing-job/{name}"}
 
     def describe_processing_job(self, **request: Any) -> dict[str, Any]:
-        return dict(self.jobs[request["ProcessingJobName"]])
+        job = dict(self.jobs[request["ProcessingJobName"]])
+        if job["ProcessingJobName"].endswith("eval-arrivals"):
+            self.order.append("describe arrivals")
+            if self.script.arrivals_pending_describes > 0:
+                self.script.arrivals_pending_describes -= 1
+                job["ProcessingJobStatus"] = "InProgress"
+        return job
 
 
 @dataclass
@@ -360,6 +428,9 @@ class Harness:
         return {
             "PrepareRunFunction": lambda p: prepare.prepare(p, config=c, dynamodb=a.dynamodb, s3=a.s3),
             "ReadFrozenManifestFunction": lambda p: frozen.read_frozen(
+                p, config=c, dynamodb=a.dynamodb, s3=a.s3
+            ),
+            "ReadArrivalsFunction": lambda p: arrivals.read_arrivals(
                 p, config=c, dynamodb=a.dynamodb, s3=a.s3
             ),
             "ImportReportFunction": lambda p: import_report.read_report(p, s3=a.s3),
@@ -925,3 +996,127 @@ def test_the_gate_waits_for_managed_rules_still_being_evaluated(harness: Harness
     record = harness.record()
     assert record["gate"]["decision"] == "accepted"
     assert {r["status"] for r in record["rule_results"]} == {"NoIssuesFound"}
+
+
+def _second_run(harness: Harness, **overrides: Any) -> dict[str, Any]:
+    """A first run that registers a champion, two new uploads, and a second run with `overrides`."""
+    assert harness.run({"dataset": "flowers"})["status"] == "SUCCEEDED"
+    harness.upload("data/flowers/daisy/e.jpg", "data/flowers/tulip/f.png")
+    return harness.run({"dataset": "flowers", "overrides": overrides}, name="flowers-00002")
+
+
+def test_the_champion_is_evaluated_on_the_new_uploads_beside_tuning(harness: Harness) -> None:
+    # GIVEN a data set with a champion and two new uploads, one of them a suspected label error
+    harness.script.arrivals_top1, harness.script.arrivals_validation_top1 = 0.5, 0.9
+    harness.script.arrivals_suspects = ("daisy/e.jpg",)
+    # WHEN the second run executes (TrainWhen=always, SuspectLabels=keep: the defaults)
+    result = _second_run(harness)
+    # THEN the champion's job on the new uploads starts right after the freeze, before tuning, and the
+    # flow does not wait for it there: it is started, not awaited
+    assert result["status"] == "SUCCEEDED", result
+    second = harness.sagemaker.order[harness.sagemaker.order.index("freeze", 1) :]
+    assert second[:2] == ["freeze", "arrivals"], second
+    [job] = harness.sagemaker.requests["arrivals"]
+    assert "--hold-manifest" not in job["AppSpecification"]["ContainerArguments"]
+    assert {i["S3Input"]["S3DataType"] for i in job["ProcessingInputs"]} == {"S3Prefix", "ManifestFile"}
+    contracts.check("sagemaker", "CreateProcessingJob", job)
+    # AND the run records its figures on exactly the two new uploads, the drift and the suspect
+    record = harness.record("flowers-00002")
+    figures = record["arrivals"]
+    assert (figures["checked"], figures["new_images"], figures["sampled"]) == (2, 2, False)
+    assert (figures["top1"], figures["validation_top1"]) == (0.5, 0.9)
+    assert figures["drift"] == pytest.approx(0.4)
+    assert (figures["suspect_count"], figures["suspect_rate"], figures["held"]) == (1, 0.5, 0)
+    assert figures["status"] == "Completed" and figures["decision"] == "train"
+    # AND the training jobs read the run's own manifest (keep), and the notification says it all
+    channels = harness.sagemaker.requests["training"][-1]["InputDataConfig"]
+    manifest = next(c for c in channels if c["ChannelName"] == container.CHANNEL_MANIFEST)
+    assert manifest["DataSource"]["S3DataSource"]["S3Uri"].endswith("/manifest/")
+    message = harness.notifications()[-1]["Message"]
+    assert "The champion on 2 new uploads: top-1 0.5000" in message
+    assert "(drift +0.4000)" in message and "Suspected label errors among them: 1 (50.0%), kept" in message
+
+
+def test_the_flow_waits_for_the_champion_on_the_new_uploads_only_before_the_gate(
+    harness: Harness, short_waits: None
+) -> None:
+    # GIVEN the champion's job on the new uploads still runs for a while after tuning and training end
+    harness.script.arrivals_pending_describes = 2
+    # WHEN the second run executes
+    result = _second_run(harness)
+    # THEN tuning and training went ahead while it ran; the flow looked at it only after training,
+    # waited for it beside the evaluations, and recorded its figures
+    assert result["status"] == "SUCCEEDED", result
+    order = harness.sagemaker.order
+    looked = order.index("describe arrivals")
+    assert order.index("arrivals") < order.index("tuning", order.index("arrivals")) < looked
+    assert order.count("describe arrivals") == 3
+    assert harness.record("flowers-00002")["arrivals"]["checked"] == 2
+
+
+def test_a_failed_check_of_the_new_uploads_never_fails_the_run(harness: Harness) -> None:
+    # GIVEN the champion's job on the new uploads fails
+    harness.script.arrivals_status = "Failed"
+    # WHEN the second run executes
+    result = _second_run(harness)
+    # THEN the run goes on and registers its model; the record says the check gave no figures
+    assert result["status"] == "SUCCEEDED", result
+    record = harness.record("flowers-00002")
+    assert record["status"] == "SUCCEEDED"
+    assert record["arrivals"]["status"] == "Failed" and "top1" not in record["arrivals"]
+    assert "The champion on the new uploads: no figures" in harness.notifications()[-1]["Message"]
+
+
+def test_drift_ends_a_run_whose_champion_does_as_well_on_the_new_uploads(harness: Harness) -> None:
+    # GIVEN a champion as good on the new uploads as on its validation split
+    harness.script.arrivals_top1 = harness.script.arrivals_validation_top1 = 0.9
+    # WHEN the second run executes under TrainWhen=drift
+    result = _second_run(harness, train_when="drift")
+    # THEN it ends NOT_NEEDED without tuning or training anything, as a success and not a failure
+    assert result["status"] == "SUCCEEDED", result
+    assert len(harness.sagemaker.requests["tuning"]) == 1  # the first run's
+    record = harness.record("flowers-00002")
+    assert record["status"] == "NOT_NEEDED"
+    assert record["arrivals"]["decision"] == "not_needed"
+    assert record["gate"]["reason"].startswith("no retraining needed: the champion's top-1 on 2 new")
+    # AND its uploads joined the data set: nothing is pending, so no run starts again for them
+    assert _pending(harness) == 0 and harness.lock() is None
+    [_, notice] = harness.notifications()
+    assert notice["Subject"] == "retrain flowers: no retraining needed"
+    assert "TrainWhen=drift: no retraining needed" in notice["Message"]
+
+
+def test_drift_trains_a_run_whose_champion_does_worse_on_the_new_uploads(harness: Harness) -> None:
+    # GIVEN a champion whose top-1 on the new uploads (0.5, CI to 0.55) is below its validation's 0.9
+    harness.script.arrivals_top1, harness.script.arrivals_validation_top1 = 0.5, 0.9
+    # WHEN the second run executes under TrainWhen=drift
+    result = _second_run(harness, train_when="drift")
+    # THEN the flow waited for the check before tuning, and then trained and registered
+    assert result["status"] == "SUCCEEDED", result
+    second = harness.sagemaker.order[harness.sagemaker.order.index("freeze", 1) :]
+    assert second[:3] == ["freeze", "arrivals", "tuning"], second
+    record = harness.record("flowers-00002")
+    assert record["status"] == "SUCCEEDED" and record["arrivals"]["reason"].startswith("drift: ")
+
+
+def test_hold_keeps_the_suspects_out_of_the_runs_training(harness: Harness) -> None:
+    # GIVEN one of the two new uploads is a suspected label error
+    harness.script.arrivals_suspects = ("tulip/f.png",)
+    # WHEN the second run executes under SuspectLabels=hold
+    result = _second_run(harness, suspect_labels="hold")
+    # THEN every training job reads the manifest without it, and the run says it held one
+    assert result["status"] == "SUCCEEDED", result
+    [job] = harness.sagemaker.requests["arrivals"]
+    assert "--hold-manifest" in job["AppSpecification"]["ContainerArguments"]
+    held = harness.record("flowers-00002")["arrivals"]
+    assert held["held"] == 1
+    tuning = harness.sagemaker.requests["tuning"][-1]["TrainingJobDefinition"]["InputDataConfig"]
+    final = harness.sagemaker.requests["training"][-1]["InputDataConfig"]
+    for channels in (tuning, final):
+        manifest = next(c for c in channels if c["ChannelName"] == container.CHANNEL_MANIFEST)
+        uri = manifest["DataSource"]["S3DataSource"]["S3Uri"]
+        assert uri.endswith("/held-manifest/"), uri
+        lines = harness.sagemaker._read(uri + container.MANIFEST_FILE).decode().splitlines()
+        paths = [json.loads(line)[container.MANIFEST_PATH_KEY] for line in lines]
+        assert "tulip/f.png" not in paths and "daisy/e.jpg" in paths
+    assert "1 held out of this run's training" in harness.notifications()[-1]["Message"]

@@ -134,6 +134,12 @@ def test_an_upload_alone_runs_the_whole_flow_and_a_later_run_warm_starts_after_a
             TrainingJobName=later.record["final_training_job"]
         )
         evaluations = {side: _evaluation(later, side) for side in ("challenger", "champion")}
+        arrived = later.stack.client("sagemaker").describe_processing_job(
+            ProcessingJobName=later.record["arrivals"]["job"]
+        )
+        arrivals_report = read_json_object(
+            later.stack.client("s3"), later.record["arrivals"]["report_uri"], contract.ARRIVALS_FILE
+        )
         labels = read_json_object(later.stack.client("s3"), later.record["labels_uri"], "")
         package = later.stack.client("sagemaker").describe_model_package(
             ModelPackageName=later.record["model_package_arn"]
@@ -164,6 +170,7 @@ def test_an_upload_alone_runs_the_whole_flow_and_a_later_run_warm_starts_after_a
     assert sorted(champion["labels"]) == sorted(challenger["labels"])
     assert champion["labels_the_model_lacks"] == [NEW_LABEL]
     assert champion["per_class"][NEW_LABEL]["recall"] == 0.0
+    _the_champion_was_checked_on_the_new_uploads_beside_tuning(later.record, arrived, tuning, arrivals_report)
     parents = tuning["WarmStartConfig"]["ParentHyperParameterTuningJobs"]
     assert [p["HyperParameterTuningJobName"] for p in parents] == [first["tuning_job"]]
     assert later.record["tuning_job"] != first["tuning_job"]
@@ -175,6 +182,31 @@ def test_an_upload_alone_runs_the_whole_flow_and_a_later_run_warm_starts_after_a
     # The trials' checkpoints were dropped once their tuning job had ended, the final job's once it had.
     assert checkpoints_left == []
     _every_run_trial_and_model_is_in_mlflow(tracked, first, later)
+
+
+def _the_champion_was_checked_on_the_new_uploads_beside_tuning(
+    record: runs.RunRecord, job: dict[str, Any], tuning: dict[str, Any], report: dict[str, Any] | None
+) -> None:
+    # The champion's processing job on the run's new uploads started before tuning did (the flow started
+    # it and went on) and completed; the run records its figures on every new upload.
+    assert job["ProcessingJobStatus"] == "Completed", job.get("FailureReason")
+    assert job["CreationTime"] < tuning["CreationTime"]
+    figures = record["arrivals"]  # type: ignore[typeddict-item]
+    assert figures["status"] == "Completed" and figures["decision"] == "train"
+    assert figures["checked"] == figures["new_images"] == LATER_IMAGES + NEW_LABEL_IMAGES
+    assert not figures["sampled"]
+    # The label it never learnt counts against it, and it is named; its top-1 is the new uploads' share
+    # it got right (the report's own count), beside its top-1 on validation images that are not new.
+    assert figures["labels_the_model_lacks"] == [NEW_LABEL]
+    assert report is not None
+    new = report["new"]
+    assert new["per_class"][NEW_LABEL]["recall"] == 0.0
+    right = sum(round(c["recall"] * c["support"]) for c in new["per_class"].values())
+    assert figures["top1"] == pytest.approx(right / figures["checked"])
+    assert figures["top1"] <= LATER_IMAGES / (LATER_IMAGES + NEW_LABEL_IMAGES)
+    assert figures["validation_images"] > 0
+    assert figures["drift"] == pytest.approx(figures["validation_top1"] - figures["top1"])
+    assert 0 <= figures["suspect_count"] <= figures["checked"]
 
 
 def _saved_checkpoints(state_dir: Path) -> list[str]:
