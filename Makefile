@@ -15,12 +15,13 @@ LAMBDA_PYTHON := $(shell sed -n 's/^ *Runtime: *python\([0-9.]*\).*/\1/p' templa
 export SAM_CLI_TELEMETRY := 0
 export AWS_DEFAULT_REGION ?= us-east-1
 
-.PHONY: help setup test checks lint validate package-check image-check pytest demo bench clean lock image
+.PHONY: help setup test checks lint validate package-check image-check docs docs-check pytest demo bench clean lock image
 
 help:
 	@echo "make demo   - run the whole retraining flow on the embedded AWS emulation"
-	@echo "make test   - every test and gate (ruff, mypy, pytest, sam/cfn-lint, IAM check, asl-validator, packaging)"
-	@echo "make lint | validate | image-check | bench | image | lock | clean"
+	@echo "make test   - every test and gate (ruff, mypy, pytest, sam/cfn-lint, IAM check, asl-validator, packaging, docs)"
+	@echo "make docs   - serve the user guide (docs/, mkdocs.yml) at http://127.0.0.1:8000"
+	@echo "make lint | validate | image-check | docs-check | bench | image | lock | clean"
 
 setup: $(STAMP)
 
@@ -83,10 +84,19 @@ pytest: setup
 	$(BIN)/python -m pytest -n 4 --dist worksteal --durations=40 || { rc=$$?; \
 	  [ $$rc -ne 5 ] || echo "pytest collected no tests: the suite is broken" >&2; exit $$rc; }
 
+# The user guide (docs/) as a site: `make docs` serves it and rebuilds it on every edit; docs-check builds it
+# strictly (a broken link or anchor, a page missing from mkdocs.yml's nav fails), as part of `make test`.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
+
+docs-check: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir build/site
+
 # The three gates are independent and mostly wait on one core each (mypy, sam build, pip): they run side by
-# side, each one's output kept together; then the suite, on both cores.
+# side, each one's output kept together, the guide's build (a few seconds) in the first free slot; then the
+# suite, on both cores.
 checks: setup
-	$(MAKE) --no-print-directory -j3 --output-sync=target lint validate image-check
+	$(MAKE) --no-print-directory -j3 --output-sync=target lint validate image-check docs-check
 
 test: checks pytest
 

@@ -1,6 +1,6 @@
 """The execution input of a run, as a JSON Schema: what the dispatcher sends and a person may send to
-StartExecution (README "Manual start"). Prepare, the state machine's first step, checks every input
-against it with Powertools' validation utility (fastjsonschema).
+StartExecution (docs/runs.md, "Starting a run by hand"). Prepare, the state machine's first step, checks
+every input against it with Powertools' validation utility (fastjsonschema).
 
     {"dataset": "flowers",                      # required: data/<dataset>/ in the data bucket
      "overrides": {                              # all optional; unset ones keep the stack's parameters
@@ -13,7 +13,7 @@ against it with Powertools' validation utility (fastjsonschema).
         "final_training": true, "data_source": "s3",
         "class_balance": "oversample", "class_balance_ratio": 0.5,   # or "cap" with "class_balance_cap"
         "min_images_per_label": 5, "small_labels": "exclude",
-        "start_from": "champion",                # "pretrained", "imagenet", "scratch" (README)
+        "start_from": "champion",                # "pretrained", "imagenet", "scratch" (docs/runs.md)
         "train_when": "drift", "suspect_labels": "hold",   # the champion on the new uploads decides
         "pretrained_model_uri": "s3://bucket/efficientnet-lite0.pth",  # implies start_from pretrained
         "hyperparameters": {"lr": 0.01, "optimizer": "sgd"}}}   # fixed: skip tuning, train once

@@ -342,7 +342,7 @@ def _serving_accesses(
     template: Template, artifacts: str, model_key: str
 ) -> tuple[list[Access], list[Access]]:
     """What an endpoint of a registered package does as its model's execution role (the stack's
-    SageMaker role, as `retrain predict` and the README deploy it): read the model data and write the
+    SageMaker role, as `retrain predict` and docs/serving.md deploy it): read the model data and write the
     endpoint's logs; and pull the serving image the register function names, from AWS's account."""
     image = function_environment(template, "RegisterModelFunction").get("INFERENCE_IMAGE_URI", "")
     group = f"arn:aws:logs:{REGION}:{ACCOUNT_ID}:log-group:/aws/sagemaker/Endpoints/endpoint"

@@ -18,7 +18,7 @@ eusc-de-east-1): it copies us-east-1's there. :func:`has_own_type_list` tells th
 apart; for them the data cannot show a missing type.
 
 The regions the stack claims are every region that offers SageMaker (botocore's endpoint data,
-:func:`retrain.managed_debugger.sagemaker_regions`), and the combinations are the values README.md's
+:func:`retrain.managed_debugger.sagemaker_regions`), and the combinations are the values docs/parameters.md's
 Configuration table documents for every parameter a resource's Condition reads (:data:`COMBINATIONS`).
 
 ``python -m retrain.dev.regions [--template T] [--check]`` prints, per combination, the missing types with
@@ -67,7 +67,7 @@ class Choice:
 
 @dataclass(frozen=True)
 class Combination:
-    """Parameter values the README documents together; every other parameter keeps its Default."""
+    """Parameter values docs/parameters.md documents together; every other parameter keeps its Default."""
 
     choices: tuple[Choice, ...]
 
@@ -80,7 +80,7 @@ class Combination:
         return {name: value for choice in self.choices for name, value in choice.values}
 
 
-# Per parameter a resource's Condition reads (README, Configuration), the values it documents; the defaults
+# Per parameter a resource's Condition reads (docs/parameters.md), the values it documents; the defaults
 # first. FileSystemId comes with its FileSystemMountName (the deploy refuses one without the other) and
 # matters with DataSource fsx only.
 DOCUMENTED: Final[tuple[tuple[Choice, ...], ...]] = (
@@ -108,7 +108,7 @@ DEFAULTS: Final = COMBINATIONS[0]
 
 
 def claimed_regions() -> list[str]:
-    """The regions README.md says the stack deploys in: every region that offers SageMaker."""
+    """The regions docs/deploy.md (Regions) says the stack deploys in: every region that offers SageMaker."""
     return sagemaker_regions()
 
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 # Created by moto's CloudFormation without a runtime of their own here: alarms and dashboards change no
 # behaviour the emulation runs; the IAM roles' policies are enforced by retrain.embedded.gatekeeper.iam
 # (read back from moto's IAM after creation); resource policies (queue, topic, bucket, Lambda
-# permissions) are not evaluated (README, Deploying to AWS).
+# permissions) are not evaluated (docs/embedded.md).
 INERT_TYPES: Final = frozenset(
     {
         "AWS::Lambda::Permission",

@@ -1061,7 +1061,7 @@ def test_a_run_starts_from_the_champion_then_pretrained_weights_then_imagenet_th
         k: run["static_hyperparameters"][k]
         for k in ("pretrained", "backbone-lr-factor", "freeze-backbone-epochs", "batchnorm", "min-steps")
     }
-    # The recipe as README documents it (template.yaml's defaults: FineTuneBackboneLrFactorMin 0.1,
+    # The recipe as docs/runs.md documents it (template.yaml's defaults: FineTuneBackboneLrFactorMin 0.1,
     # FineTuneFreezeEpochsMin 0, FineTuneBatchNorm frozen, MinTrainingSteps 100), pinned here.
     assert fine_tuning == (
         {

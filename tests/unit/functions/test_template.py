@@ -363,9 +363,9 @@ def test_the_ended_tuning_jobs_rule_matches_ended_tuning_jobs_of_a_run_only(temp
     assert not ended("Completed", {})
 
 
-def test_the_readme_documents_every_parameter_with_the_templates_default(template):
-    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
-    rows = dict(re.findall(r"^\| `([A-Za-z0-9]+)` \| `([^`]*)` \|", readme, flags=re.M))
+def test_the_guides_configuration_page_documents_every_parameter_with_the_templates_default(template):
+    page = (Path(__file__).resolve().parents[3] / "docs" / "parameters.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| `([A-Za-z0-9]+)` \| `([^`]*)` \|", page, flags=re.M))
     declared = template["Parameters"]
     assert set(rows) == set(declared)
     for name, parameter in declared.items():
