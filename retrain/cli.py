@@ -40,7 +40,7 @@ from retrain.demo import (
 )
 from retrain.deployment import Deployment, connect
 from retrain.errors import EmbeddedRuntimeError, NoCredentialsError, RetrainError, RunFailedError
-from retrain.follow import follow, plain_line, render, snapshot, wait_for_run
+from retrain.follow import ENDED_WELL, follow, plain_line, render, snapshot, wait_for_run
 from retrain.predict import Answer
 from retrain.predict import predict as predict_images
 from retrain.report.build import write_report
@@ -202,9 +202,11 @@ def _conclude(facts: RunFacts, *, json_output: bool, console: Console, quiet: bo
         typer.echo(json.dumps(summary(facts), default=str))
     elif not quiet:
         gate = {True: "passed", False: "rejected", None: "not reached"}[facts.gate_passed]
+        if facts.status == "NOT_NEEDED":  # TrainWhen=drift: the champion does as well on the new uploads
+            gate = "not reached, no retraining needed (the champion stays)"
         console.print(f"run {facts.run_id} {facts.status}; gate {gate}: {facts.gate_reason or '-'}")
         console.print(f"report: {facts.report}")
-    if facts.status not in ("SUCCEEDED", "REJECTED"):
+    if facts.status not in ENDED_WELL:
         reason = facts.failure or f"the run ended {facts.status}"
         raise RunFailedError(f"run {facts.run_id} failed: {reason} (report: {facts.report})")
 

@@ -10,7 +10,7 @@ import io
 import json
 import re
 import tarfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -23,11 +23,13 @@ from retrain import job_logs, timing
 from retrain.deployment import Deployment
 from retrain.errors import RunNotFoundError
 from retrain.report.facts import (
+    REPORT_SUSPECTS,
     CheckpointEvaluation,
     Evaluation,
     Rejected,
     RuleResult,
     RunFacts,
+    Suspect,
     Trial,
 )
 from retrain_contract import container as contract
@@ -37,6 +39,8 @@ from retrain_contract.ledger import Partitions
 LEDGER_STATE = "state"
 LEDGER_REASON = "reason"
 EXECUTION_FAILED = ("FAILED", "TIMED_OUT", "ABORTED")
+GATE_DECISIONS = ("accepted", "rejected")  # a run that reached the gate; not_needed (TrainWhen=drift) did not
+THUMBNAIL_PIXELS = 96  # the longer side of a suspected label error's thumbnail in the report
 CHALLENGER = "challenger"  # the run's evaluation of its new model (controller.prepare's output name)
 INTERRUPTED_STATUS = "Interrupted"  # SageMaker's secondary status when spot capacity is reclaimed
 # A resumed job names the step it continued from (the container's log line or a status message).
@@ -237,6 +241,72 @@ def rule_results_from(record: runs.RunRecord, s3: Any, artifact_bucket: str) -> 
     ]
 
 
+def thumbnail(body: bytes) -> bytes:
+    """A small JPEG of an image (the report's thumbnail), or b"" when the bytes are no image it can read."""
+    if not body:
+        return b""
+    try:
+        from PIL import Image  # Pillow comes with matplotlib, which the report's charts need
+    except ImportError:
+        return b""
+    out = io.BytesIO()
+    try:
+        with Image.open(io.BytesIO(body)) as image:
+            image.thumbnail((THUMBNAIL_PIXELS, THUMBNAIL_PIXELS))
+            image.convert("RGB").save(out, format="JPEG", quality=80)
+    except (OSError, ValueError, Image.DecompressionBombError):
+        return b""
+    return out.getvalue()
+
+
+def _object(s3: Any, bucket: str, key: str) -> bytes:
+    """The object's bytes; b"" when it is gone (relabelled or deleted since the run)."""
+    try:
+        return bytes(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+    except botocore.exceptions.ClientError:
+        return b""
+
+
+def arrivals_from(
+    facts: RunFacts, record: runs.RunRecord, s3: Any, data_bucket: str, *, thumbnails: bool
+) -> None:
+    """The record's `arrivals` (the champion on the run's new uploads) as is, and the first
+    REPORT_SUSPECTS suspected label errors of its suspects.json, each with a thumbnail of its image in the
+    data bucket when `thumbnails` (the report is written)."""
+    section = record.get("arrivals")
+    if not isinstance(section, Mapping) or not section:
+        return
+    facts.arrivals = dict(section)
+    uri = str(section.get("suspects_uri") or "")
+    if not uri or not int(section.get("suspect_count") or 0):
+        return
+    try:
+        document = read_json_object(s3, uri, contract.SUSPECTS_FILE)
+    except ValueError as error:  # not an s3:// URI, or not JSON
+        facts.suspects_problem = f"the suspects list at {uri} is unreadable: {error}"
+        return
+    if not isinstance(document, dict):
+        facts.suspects_problem = f"no suspects list at {uri}"
+        return
+    prefix = names.dataset_prefix(facts.dataset)
+    for entry in list(document.get("suspects") or [])[:REPORT_SUSPECTS]:
+        if not isinstance(entry, dict) or not entry.get("key"):
+            continue
+        key = str(entry["key"])
+        image = b""
+        if thumbnails:
+            image = thumbnail(_object(s3, data_bucket, key if key.startswith(prefix) else prefix + key))
+        facts.suspects.append(
+            Suspect(
+                key=key,
+                given=str(entry.get("given", "")),
+                suggested=str(entry.get("suggested", "")),
+                confidence=float(entry.get("confidence") or 0.0),
+                thumbnail=image,
+            )
+        )
+
+
 def extract_profile(sagemaker: Any, s3: Any, job_name: str, out_dir: Path) -> Path | None:
     """The system profile the job shipped in output.tar.gz, extracted under out_dir; None without one."""
     job = sagemaker.describe_training_job(TrainingJobName=job_name)
@@ -321,8 +391,13 @@ def collect(
             for p in record.get("checkpoint_evaluations", [])
             if p.get("top1") is not None and "step" in p
         ],
-        gate_passed=None if gate is None else gate["decision"] == "accepted",
+        gate_passed=(
+            None
+            if gate is None or str(gate["decision"]) not in GATE_DECISIONS
+            else gate["decision"] == "accepted"
+        ),
         gate_reason="" if gate is None else gate["reason"],
+        gate_decision="" if gate is None else str(gate["decision"]),
         model_package=record.get("model_package_arn", ""),
         class_balance=dict(record.get("class_balance", {})),
         class_counts={label: dict(c) for label, c in counts.get("class_counts", {}).items()},
@@ -363,6 +438,8 @@ def collect(
     artifact_bucket = deployment.output(names.STACK_OUTPUTS["artifact_bucket"])
     facts.rules = rule_results_from(record, s3, artifact_bucket)
     facts.evaluation = evaluation_from(record, s3, artifact_bucket)
+    data_bucket = deployment.output(names.STACK_OUTPUTS["data_bucket"])
+    arrivals_from(facts, record, s3, data_bucket, thumbnails=out_dir is not None)
     profiled = final or facts.best_job
     if out_dir is not None and profiled:
         facts.profile_dir = extract_profile(sagemaker, s3, profiled, out_dir)

@@ -26,7 +26,7 @@ from retrain import demo_data, local
 from retrain.collect import ledger_partitions, uploads
 from retrain.deployment import Deployment
 from retrain.errors import RetrainError, UsageError
-from retrain.follow import execution_history, follow, wait_for_run
+from retrain.follow import ENDED_WELL, execution_history, follow, wait_for_run
 from retrain.job_logs import MetricPoint
 from retrain.predict import predict
 from retrain.report.facts import Rejected, RunFacts
@@ -219,7 +219,7 @@ def run_demo(options: DemoOptions, *, console: Console, quiet: bool) -> Iterator
             if training is not None:
                 records.append(wave_run.finish(training))
                 training = None
-                if records[-1]["status"] not in ("SUCCEEDED", "REJECTED"):
+                if records[-1]["status"] not in ENDED_WELL:
                     break  # a later run would only repeat the failure
             training = wave_run.start()
         if training is not None:

@@ -31,6 +31,9 @@ _JOB_NAME_KEYS = {
     "ProcessingJobName": "processing",
 }
 _TERMINAL_EXECUTION = ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED")
+# A run's final statuses that are no failure: a model registered, one the gate rejected, or none needed
+# (TrainWhen=drift: the champion does as well on the new uploads; it stays).
+ENDED_WELL: tuple[runs.RunStatus, ...] = ("SUCCEEDED", "REJECTED", "NOT_NEEDED")
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,9 @@ class Snapshot:
     excluded_labels: dict[str, str] = field(default_factory=dict)
     unreadable: list[dict[str, str]] = field(default_factory=list)
     started_from: dict[str, str] = field(default_factory=dict)  # the run's lineage (Prepare records it)
+    # the champion on the run's new uploads (its decision under TrainWhen, and the notification's lines)
+    arrivals_decision: str = ""
+    arrivals: list[str] = field(default_factory=list)
 
     @property
     def finished(self) -> bool:
@@ -172,6 +178,9 @@ def snapshot(deployment: Deployment, record: runs.RunRecord, *, now: datetime | 
     shot.excluded_labels = dict(record.get("excluded_labels", {}))
     shot.unreadable = [dict(item) for item in record.get("unreadable_images", [])]
     shot.started_from = {k: str(v) for k, v in record.get("started_from", {}).items()}
+    section = record.get("arrivals") or {}
+    shot.arrivals_decision = str(section.get("decision") or "")
+    shot.arrivals = notes.arrival_lines(record)
     sagemaker = deployment.client("sagemaker")
     jobs: dict[str, str] = {}
     arn = record.get("execution_arn")
@@ -206,7 +215,7 @@ def _elapsed(seconds: float) -> str:
 def render(shot: Snapshot) -> Group:
     title = Text.assemble(
         ("run ", "bold"), (shot.run_id, "bold cyan"), f"  {shot.dataset}  ",
-        (shot.status, "bold green" if shot.status == "SUCCEEDED" else "bold"),
+        (shot.status, "bold green" if shot.status in ("SUCCEEDED", "NOT_NEEDED") else "bold"),
         f"  {_elapsed(shot.elapsed_seconds)}",
     )  # fmt: skip
     state = Text.assemble(("now: ", "bold"), shot.current_state or "—")
@@ -248,6 +257,7 @@ def _data_parts(shot: Snapshot) -> list[Any]:
             parts.append(Text(f"... and {more} more: `retrain status --json` or the report lists all"))
     for label, why in sorted(shot.excluded_labels.items()):
         parts.append(Text.assemble(("label set aside: ", "bold"), f"{label}: {why}"))
+    parts += [Text(line) for line in shot.arrivals]
     return parts
 
 
@@ -262,6 +272,7 @@ def plain_line(shot: Snapshot) -> str:
         + (f" rejected={len(shot.rejected)}" if shot.rejected else "")
         + (f" unreadable={len(shot.unreadable)}" if shot.unreadable else "")
         + (f" labels_set_aside={','.join(sorted(shot.excluded_labels))}" if shot.excluded_labels else "")
+        + (f" arrivals={shot.arrivals_decision}" if shot.arrivals_decision else "")
     )
 
 
@@ -282,7 +293,7 @@ def wait_for_run(
     deadline = time.monotonic() + timeout_seconds
     while True:
         found = runs.list_runs(table_name=table, dataset=dataset, client=deployment.client("dynamodb"))
-        for record in reversed(found):
+        for record in found[::-1]:
             if record["run_id"] == run_id or (run_id is None and record.get("created_at", "") >= since):
                 return record
         if execution_arn is not None:

@@ -21,6 +21,7 @@ SUMMARY_KEYS = (
     "rules",
     "evaluation",
     "gate",
+    "arrivals",
     "model_package",
     "mlflow",
     "report",
@@ -60,6 +61,9 @@ def summary(facts: RunFacts) -> dict[str, Any]:
             "per_class": facts.evaluation.per_class,
         },
         "gate": {"passed": facts.gate_passed, "reason": facts.gate_reason},
+        # the champion on the run's new uploads: the run record's section as is (its suspects_uri names
+        # the list of suspected label errors; the list itself stays out of the summary); None without one
+        "arrivals": dict(facts.arrivals) or None,
         "model_package": facts.model_package or None,
         "mlflow": {"run_id": facts.mlflow_run_id or None, "warnings": facts.tracking_warnings},
         "report": facts.report or None,

@@ -54,7 +54,7 @@ class CheckpointEvaluation(TypedDict, total=False):
 
 
 class Gate(TypedDict):
-    decision: Literal["accepted", "rejected"]
+    decision: Literal["accepted", "rejected", "not_needed"]  # not_needed: TrainWhen=drift
     reason: str
 
 
@@ -118,6 +118,8 @@ class RunRecord(TypedDict, total=False):
     checkpoint_counts: dict[str, int]  # checkpoints seen per training job (every Nth is evaluated)
     checkpoint_last_steps: dict[str, int]  # the last step counted per training job
     gate: Gate
+    # the champion on the run's new uploads: figures, suspects, TrainWhen's decision (arrivals.py)
+    arrivals: dict[str, Any]
     model_package_arn: str
     failure: Failure
     mlflow_run_id: str  # the run's parent run in MLflow (tracking.py), written once

@@ -7,8 +7,9 @@ never holds up or fails a run:
   job's log stream, filtered to the epoch ends: O(epochs), never O(steps)), its final metrics, times and
   status;
 - the run's execution ended: the parent gets the run's lineage (started from, manifest, new images,
-  labels), the gate's decision, the rule findings, the evaluation table (an artifact) and the registered
-  model package's ARN (a tag), and ends FINISHED, FAILED or KILLED.
+  labels), the gate's decision, the rule findings, the evaluation table (an artifact), the champion's
+  figures on the run's new uploads with TrainWhen's decision and the suspected label errors (an
+  artifact), and the registered model package's ARN (a tag), and ends FINISHED, FAILED or KILLED.
 
 The parent run is made by whichever event comes first, and named by the run record (`mlflow_run_id`,
 written once under a condition): two events racing make one parent, the loser's run is deleted.
@@ -75,6 +76,17 @@ TAG_JOB: Final = "retrain.training_job"
 TAG_ROLE: Final = "retrain.role"  # trial | final
 TAG_PACKAGE: Final = "retrain.model_package_arn"
 EVALUATION_ARTIFACT: Final = "evaluation/challenger.json"
+SUSPECTS_ARTIFACT: Final = "arrivals/suspects.json"  # the suspected label errors among the new uploads
+# The champion on the run's new uploads (the record's `arrivals`): the parent's metrics `arrivals.<key>`.
+ARRIVALS_METRICS: Final = (
+    "top1",
+    "top3",
+    "validation_top1",
+    "drift",
+    "suspect_count",
+    "suspect_rate",
+    "held",
+)
 
 
 def experiment_name(dataset: str) -> str:
@@ -346,6 +358,10 @@ def outcome_metrics(record: Mapping[str, Any], at: int) -> list[Metric]:
     for point in record.get("checkpoint_evaluations") or []:
         if point.get("top1") is not None and point.get("step") is not None:
             metrics.append(Metric("checkpoint.top1", float(point["top1"]), at, int(point["step"])))
+    arrivals = record.get("arrivals") or {}
+    for key in ARRIVALS_METRICS:
+        if arrivals.get(key) is not None:
+            metrics.append(Metric(f"arrivals.{key}", float(arrivals[key]), at, 0))
     return metrics
 
 
@@ -360,6 +376,9 @@ def outcome_tags(record: Mapping[str, Any]) -> dict[str, Any]:
         "retrain.failure.error": failure.get("error"),
         "retrain.failure.cause": str(failure.get("cause") or "")[:5000],
         "retrain.rules_blocked": record.get("rules_blocked"),
+        # the champion on the new uploads: TrainWhen's decision (train | not_needed) and why
+        "retrain.arrivals.decision": (record.get("arrivals") or {}).get("decision"),
+        "retrain.arrivals.reason": str((record.get("arrivals") or {}).get("reason") or "")[:5000],
     }
     for result in record.get("rule_results") or []:
         tags[f"retrain.rule.{result['rule']}"[:MAX_KEY_CHARS]] = result.get("status")
@@ -372,6 +391,15 @@ def evaluation_table(s3: S3Client, record: Mapping[str, Any]) -> dict[str, Any] 
     if not uri:
         return None
     document = s3io.read_json(str(uri), s3=s3, what="the challenger's evaluation")
+    return document if isinstance(document, dict) else None
+
+
+def suspects_list(s3: S3Client, record: Mapping[str, Any]) -> dict[str, Any] | None:
+    """suspects.json of the champion's check on the new uploads (ranked, at most SUSPECTS_MAX of them)."""
+    uri = (record.get("arrivals") or {}).get("suspects_uri")
+    if not uri:
+        return None
+    document = s3io.read_json(str(uri), s3=s3, what="the suspected label errors among the new uploads")
     return document if isinstance(document, dict) else None
 
 
@@ -405,6 +433,21 @@ def on_training_job_ended(
         log_training_job(client, child, job=job, history=epoch_metrics(logs, name))
         result.update(action="tracked", mlflow_run_id=child, parent=parent)
     return result
+
+
+def log_artifacts(client: MlflowClient, parent: str, s3: S3Client, record: Mapping[str, Any]) -> None:
+    """The run's JSON documents as the parent's artifacts, each tried: what fails is raised once the rest
+    are logged (the first failure; the run's warning names it)."""
+    failed: Exception | None = None
+    for read, path in ((evaluation_table, EVALUATION_ARTIFACT), (suspects_list, SUSPECTS_ARTIFACT)):
+        try:
+            document = read(s3, record)
+            if document is not None:
+                client.log_dict(parent, document, path)
+        except Exception as error:  # any failure is the run's tracking warning
+            failed = failed or error
+    if failed is not None:
+        raise failed
 
 
 def on_execution_ended(
@@ -444,9 +487,7 @@ def on_execution_ended(
                     "retrain.execution_arn": event.detail.get("executionArn"),
                 },
             )
-            table = evaluation_table(s3, record)
-            if table is not None:
-                client.log_dict(parent, table, EVALUATION_ARTIFACT)
+            log_artifacts(client, parent, s3, record)
         except Exception:  # the parent ends all the same; the warning says what was not logged
             with contextlib.suppress(Exception):
                 client.set_terminated(parent, status=EXECUTION_STATUS[status], end_time=ended)

@@ -23,6 +23,8 @@ CHECKPOINT_PNG = "checkpoint_evaluations.png"
 CONFUSION_PNG = container.CONFUSION_MATRIX_FILE
 LOSS_METRICS = (container.METRIC_TRAIN_LOSS, container.METRIC_VAL_LOSS)
 UTILISATION_DIR = "utilisation"
+SUSPECTS_DIR = "suspects"  # thumbnails of the suspected label errors the report lists
+NOT_NEEDED = "NOT_NEEDED"  # the run's status when TrainWhen=drift found nothing to learn
 
 
 def _fmt(value: float | None, digits: int = 4) -> str:
@@ -129,6 +131,155 @@ def _data(facts: RunFacts) -> list[str]:
     return lines
 
 
+def _interval(values: Any) -> str:
+    """ " (95% CI low-high)" of a recorded [low, high]; nothing without one."""
+    if not isinstance(values, list | tuple) or len(values) != 2:
+        return ""
+    return f" (95% CI {_fmt(float(values[0]))}-{_fmt(float(values[1]))})"
+
+
+def _signed(value: Any) -> str:
+    return "—" if value is None else f"{float(value):+.4f}"
+
+
+def _write_thumbnails(facts: RunFacts, out_dir: Path) -> list[str]:
+    """Each listed suspect's thumbnail beside the report (its relative path, "" without one); what an
+    earlier writing of the report left there goes first."""
+    folder = out_dir / SUSPECTS_DIR
+    if folder.is_dir():
+        for old in folder.glob("*.jpg"):
+            old.unlink()
+    paths: list[str] = []
+    for index, suspect in enumerate(facts.suspects, start=1):
+        if not suspect.thumbnail:
+            paths.append("")
+            continue
+        folder.mkdir(parents=True, exist_ok=True)
+        name = f"{index:03d}.jpg"
+        (folder / name).write_bytes(suspect.thumbnail)
+        paths.append(f"{SUSPECTS_DIR}/{name}")
+    return paths
+
+
+def _arrivals_figures(arrivals: dict[str, Any]) -> list[str]:
+    """The champion's top-1 and top-3 on the new uploads beside its validation top-1, and the drift."""
+    checked, new = arrivals.get("checked"), arrivals.get("new_images")
+    validation = arrivals.get("validation_top1")
+    reference = (
+        "—"
+        if validation is None
+        else f"{_fmt(validation)}{_interval(arrivals.get('validation_interval'))} on "
+        f"{arrivals.get('validation_images', 0)} images"
+    )
+    lines = _table(
+        ["new uploads checked", "top-1", "top-3", "validation top-1", "drift (validation - new)"],
+        [
+            [
+                f"{checked} of {new}" if arrivals.get("sampled") else checked,
+                f"{_fmt(arrivals.get('top1'))}{_interval(arrivals.get('top1_interval'))}",
+                _fmt(arrivals.get("top3")),
+                reference,
+                _signed(arrivals.get("drift")),
+            ]
+        ],
+    )
+    if arrivals.get("sampled"):
+        lines += [
+            f"A stratified sample of {checked} of the run's {new} new uploads was checked; the figures "
+            "are the sample's.",
+            "",
+        ]
+    lacks = arrivals.get("labels_the_model_lacks") or []
+    if lacks:
+        lines += [f"The new uploads hold labels the champion lacks (their images count as wrong): "
+                  f"{', '.join(str(label) for label in lacks)}.", ""]  # fmt: skip
+    return lines
+
+
+def _arrivals_suspects(facts: RunFacts, out_dir: Path) -> list[str]:
+    """The suspected label errors: how many, what became of them, and the first ones with thumbnails."""
+    arrivals = facts.arrivals
+    count = int(arrivals.get("suspect_count") or 0)
+    lines = ["### Suspected label errors", ""]
+    if not count:
+        return [*lines, "Confident learning found no suspected label error among the new uploads.", ""]
+    held = int(arrivals.get("held") or 0)
+    hold = arrivals.get("suspect_labels") == "hold"
+    fate = (
+        f"{held} held out of this run's training (SuspectLabels=hold)"
+        if hold
+        else "kept in this run's training as labelled (SuspectLabels=keep)"
+    )
+    rate = float(arrivals.get("suspect_rate") or 0.0)
+    lines += [
+        f"{count} of the checked new uploads ({rate:.1%}) look mislabelled to the champion: {fate}. "
+        "Nothing is deleted or relabelled for you. "
+        f"The full list: `{arrivals.get('suspects_uri', '')}`.",
+        "",
+    ]
+    if facts.suspects_problem:
+        return [*lines, f"_{facts.suspects_problem}_", ""]
+    if not facts.suspects:
+        return lines
+    thumbnails = _write_thumbnails(facts, out_dir)
+    shown = len(facts.suspects)
+    lines += [f"The first {shown} of {count}, the most confident first:" if shown < count else
+              "Most confident first:", ""]  # fmt: skip
+    in_training = "held out" if hold and held else "kept"
+    lines += _table(
+        ["image", "key", "given label", "suggested label", "confidence", "in training"],
+        [
+            [
+                f"![{s.key}]({path})" if path else "—",
+                f"`{s.key}`",
+                s.given,
+                s.suggested,
+                _fmt(s.confidence, 3),
+                in_training,
+            ]
+            for s, path in zip(facts.suspects, thumbnails, strict=True)
+        ],
+    )
+    return lines
+
+
+def _arrivals(facts: RunFacts, out_dir: Path) -> list[str]:
+    """The champion on the run's new uploads (out of sample for it): its figures there beside its
+    validation top-1, TrainWhen's decision, the labels most in need of a look and the suspected label
+    errors. Nothing for a run that did not check them."""
+    arrivals = facts.arrivals
+    if not arrivals:
+        return []
+    lines = ["## The champion on the new uploads", ""]
+    job = f"Processing job `{arrivals.get('job', '—')}` ({arrivals.get('status', '—')})"
+    if arrivals.get("top1") is None:
+        problem = arrivals.get("problem") or f"the job ended {arrivals.get('status', 'without figures')}"
+        lines += [f"{job}: no figures — {problem}.", ""]
+    else:
+        lines += [f"{job}: the champion on the run's new uploads, which it never trained on.", ""]
+        lines += _arrivals_figures(arrivals)
+    said = {"train": "the run trains", "not_needed": "no retraining needed, the champion stays"}
+    decision = said.get(str(arrivals.get("decision")), str(arrivals.get("decision") or "—"))
+    lines += [
+        f"**TrainWhen={arrivals.get('train_when', '—')}: {decision}** — {arrivals.get('reason', '')}.",
+        "",
+    ]
+    if arrivals.get("top1") is None:
+        return lines
+    per_label = arrivals.get("per_label") or {}
+    if per_label:
+        lines += ["### Per label (most suspects first, then lowest top-1)", ""]
+        lines += _table(
+            ["label", "new images", "champion top-1", "suspects"],
+            [
+                [label, row.get("images", 0), _fmt(row.get("top1")), row.get("suspects", 0)]
+                for label, row in per_label.items()
+                if isinstance(row, dict)
+            ],
+        )
+    return lines + _arrivals_suspects(facts, out_dir)
+
+
 def _header(facts: RunFacts) -> list[str]:
     """The run's identity and outcome, and the gate's decision."""
     lines = [f"# Run {facts.run_id}", ""]
@@ -143,6 +294,8 @@ def _header(facts: RunFacts) -> list[str]:
         lines += [f"**Started from:** {notes.lineage(start)} — {start.get('reason', '')}", ""]
     lines += ["## Gate decision", ""]
     decision = {True: "passed", False: "rejected", None: "not reached"}[facts.gate_passed]
+    if facts.status == NOT_NEEDED or facts.gate_decision == "not_needed":
+        decision = "no retraining needed, the champion stays"
     lines += [f"**{decision}** — {facts.gate_reason or 'no reason recorded'}", ""]
     if facts.model_package:
         lines += [f"Model package: `{facts.model_package}`", ""]
@@ -373,6 +526,7 @@ def write_report(facts: RunFacts, out_dir: Path) -> Path:
     lines = [
         *_header(facts),
         *_uploads(facts),
+        *_arrivals(facts, out_dir),
         *_data(facts),
         *_tuning(facts, out_dir),
         *_training(facts, out_dir),

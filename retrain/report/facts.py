@@ -63,6 +63,20 @@ class Evaluation:
     baseline_top1: float | None = None
 
 
+REPORT_SUSPECTS = 50  # suspected label errors the report lists (suspects.json ranks up to 1,000)
+
+
+@dataclass(frozen=True)
+class Suspect:
+    """One suspected label error among the run's new uploads (suspects.json's, ranked)."""
+
+    key: str  # relative to the data set's prefix: <label>/<file>
+    given: str
+    suggested: str
+    confidence: float
+    thumbnail: bytes = b""  # a small JPEG of the image, when the report is written; empty when unreadable
+
+
 @dataclass
 class RunFacts:
     run_id: str
@@ -102,6 +116,12 @@ class RunFacts:
     checkpoint_evaluations: list[CheckpointEvaluation] = field(default_factory=list)
     gate_passed: bool | None = None
     gate_reason: str = ""
+    gate_decision: str = ""  # the record's word: accepted, rejected or not_needed (TrainWhen=drift)
+    # the champion on the run's new uploads: the run record's `arrivals` section as is, the first
+    # suspected label errors of its suspects.json (ranked), and why that list could not be read
+    arrivals: dict[str, Any] = field(default_factory=dict)
+    suspects: list[Suspect] = field(default_factory=list)
+    suspects_problem: str = ""
     model_package: str = ""
     # experiment tracking: the run's parent run in MLflow (experiment retrain/<dataset>), what failed
     mlflow_run_id: str = ""

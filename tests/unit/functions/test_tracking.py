@@ -418,3 +418,107 @@ def test_an_execution_that_made_no_run_is_ignored(aws, config, mlflow_client):
     # THEN nothing is made or recorded, and nothing fails
     assert result["action"] == "ignored"
     assert mlflow_client.get_experiment_by_name(f"retrain/{DATASET}") is None
+
+
+SUSPECTS = {
+    "method": "confident learning",
+    "images_checked": 180,
+    "suspect_count": 2,
+    "suspects": [
+        {
+            "key": "rose/a.jpg",
+            "given": "rose",
+            "suggested": "tulip",
+            "confidence": 0.97,
+            "given_probability": 0.01,
+        },
+        {
+            "key": "tulip/b.jpg",
+            "given": "tulip",
+            "suggested": "rose",
+            "confidence": 0.9,
+            "given_probability": 0.05,
+        },
+    ],
+    "per_label": {"rose": {"images": 100, "suspects": 1, "rate": 0.01}},
+}
+
+
+def _checked_arrivals(aws: Any, *, suspects: bool = True) -> None:
+    """The finished run as TrainWhen=drift leaves it when the champion does as well on the new uploads:
+    NOT_NEEDED, with the check's section on the record and its suspects.json (unless `suspects` is off)."""
+    _finished_run(aws)
+    prefix = f"runs/{DATASET}/{RUN}/evaluation/arrivals/"
+    if suspects:
+        aws.s3.put_object(Bucket=aws.artifact_bucket, Key=prefix + "suspects.json", Body=json.dumps(SUSPECTS))
+    reason = "no retraining needed: the champion's top-1 on 180 new uploads is 0.8900 (95% CI 0.83-0.93)"
+    section = {
+        "job": f"{DATASET}-{RUN}-arrivals", "status": "Completed", "train_when": "drift",
+        "suspect_labels": "hold", "decision": "not_needed", "reason": reason, "new_images": 200,
+        "checked": 180, "sampled": True, "top1": 0.89, "top1_interval": [0.83, 0.93], "top3": 0.98,
+        "validation_top1": 0.9, "validation_interval": [0.86, 0.93], "validation_images": 300,
+        "drift": 0.01, "labels_the_model_lacks": [], "suspect_count": 2, "suspect_rate": 2 / 180,
+        "per_label": {"rose": {"images": 100, "top1": 0.9, "suspects": 1}}, "held": 2,
+        "report_uri": f"s3://{aws.artifact_bucket}/{prefix}arrivals.json",
+        "suspects_uri": f"s3://{aws.artifact_bucket}/{prefix}suspects.json",
+    }  # fmt: skip
+    runs.update_run(
+        DATASET,
+        RUN,
+        {"status": "NOT_NEEDED", "arrivals": section, "gate": {"decision": "not_needed", "reason": reason}},
+        table_name=aws.runs_table,
+        client=aws.dynamodb,
+    )
+
+
+def test_the_champions_check_on_the_new_uploads_is_on_the_parent(aws, config, mlflow_client):
+    # GIVEN a run that ended NOT_NEEDED (its execution SUCCEEDED) after the champion's check
+    _checked_arrivals(aws)
+    # WHEN its end is tracked
+    assert _track_outcome(_execution_ended(), aws, config, mlflow_client)["action"] == "tracked"
+    record = runs.get_run(DATASET, RUN, table_name=aws.runs_table, client=aws.dynamodb)
+    assert record is not None and "tracking_warnings" not in record
+    parent = mlflow_client.get_run(record["mlflow_run_id"])
+    # THEN the parent has the check's figures as metrics, TrainWhen's decision and reason as tags
+    arrivals = {k: v for k, v in parent.data.metrics.items() if k.startswith("arrivals.")}
+    assert arrivals == {
+        "arrivals.top1": 0.89,
+        "arrivals.top3": 0.98,
+        "arrivals.validation_top1": 0.9,
+        "arrivals.drift": 0.01,
+        "arrivals.suspect_count": 2,
+        "arrivals.suspect_rate": pytest.approx(2 / 180),
+        "arrivals.held": 2,
+    }
+    assert parent.data.tags["retrain.arrivals.decision"] == "not_needed"
+    assert parent.data.tags["retrain.arrivals.reason"].startswith("no retraining needed: the champion's")
+    assert parent.data.tags["retrain.status"] == "NOT_NEEDED" and parent.info.status == "FINISHED"
+    # AND the suspected label errors are an artifact, as suspects.json has them
+    path = mlflow_client.download_artifacts(parent.info.run_id, tracking.SUSPECTS_ARTIFACT)
+    with open(path) as handle:
+        assert json.load(handle) == SUSPECTS
+
+
+def test_a_missing_suspects_list_is_a_warning_and_the_rest_is_logged(aws, config, mlflow_client):
+    # GIVEN a checked run whose suspects.json is gone
+    _checked_arrivals(aws, suspects=False)
+    # WHEN its end is tracked
+    result = _track_outcome(_execution_ended(), aws, config, mlflow_client)
+    # THEN the missing list is the run's warning; the figures and the evaluation table are logged all the
+    # same, and the parent ended
+    assert result["action"] == "warned" and "suspected label errors" in result["warning"]
+    record = runs.get_run(DATASET, RUN, table_name=aws.runs_table, client=aws.dynamodb)
+    assert record is not None and record["tracking_warnings"] == [result["warning"]]
+    parent = mlflow_client.get_run(record["mlflow_run_id"])
+    assert parent.info.status == "FINISHED" and parent.data.metrics["arrivals.top1"] == 0.89
+    artifacts = {a.path for a in mlflow_client.list_artifacts(parent.info.run_id, "evaluation")}
+    assert artifacts == {tracking.EVALUATION_ARTIFACT}
+
+
+def test_a_run_without_the_check_has_no_arrivals_on_its_parent():
+    # GIVEN a run of a data set without a champion (no `arrivals` on its record)
+    record = {"status": "SUCCEEDED", "challenger": {"top1": 0.9}}
+    # THEN no arrivals metric nor tag is made (empty tags are left out by log_batch)
+    assert not [m for m in tracking.outcome_metrics(record, 0) if m.key.startswith("arrivals.")]
+    tags = tracking.outcome_tags(record)
+    assert not any(tags[k] for k in ("retrain.arrivals.decision", "retrain.arrivals.reason"))
