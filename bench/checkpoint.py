@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from bench import training_job
 from retrain_contract import container as contract
 from retrain_training import (
     checkpoints,
@@ -40,8 +41,6 @@ from retrain_training import (
     models,
     train,
 )
-
-ROOT = Path(__file__).resolve().parent.parent
 
 DEFAULT_INTERVAL = int(str(contract.HYPERPARAMETER_DEFAULTS[contract.HP_CHECKPOINT_EVERY]))
 NUM_CLASSES = 10
@@ -131,32 +130,24 @@ def write_images(root: Path, per_label: int = 24) -> None:
 
 def seconds_to_first_step(base: Path, data: Path, epochs: int) -> float:
     """Wall time from starting train.py to the checkpoint after its first step (every step checkpoints)."""
-    env = {
-        **os.environ,
-        contract.BASE_DIR_ENV: str(base),
-        contract.CHANNEL_ENV_PREFIX + "TRAIN": str(data),
-        contract.JOB_NAME_ENV: "bench-restart",
-    }
-    command = [
-        sys.executable,
-        str(ROOT / "training_image" / contract.PROGRAM),
-        "--model",
-        "resnet18",
-        "--epochs",
-        str(epochs),
-        "--batch-size",
-        "8",
-        "--image-size",
-        "64",
-        "--checkpoint-every-steps",
-        "1",
-        "--num-workers",
-        "0",
-        "--debug-hook",
-        "false",
-    ]
+    job = training_job.TrainingJob(
+        base,
+        {
+            contract.HP_MODEL: "resnet18",
+            contract.HP_EPOCHS: str(epochs),
+            contract.HP_BATCH_SIZE: "8",
+            contract.HP_IMAGE_SIZE: "64",
+            contract.HP_CHECKPOINT_EVERY: "1",
+            contract.HP_NUM_WORKERS: "0",
+            contract.HP_DEBUG_HOOK: "false",
+        },
+        {contract.CHANNEL_TRAIN: data},
+        name="bench-restart",
+    )
     started = time.perf_counter()
-    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        job.command(), env=job.env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     assert process.stderr is not None
     elapsed: float | None = None
     for line in process.stderr:

@@ -1,11 +1,11 @@
 """train.py's throughput on a GPU against the GPU's own ceiling, made for one call on a lent GPU.
 
-Each job is train.py end to end (a subprocess as SageMaker runs it, debug hook off, one epoch of
---job-steps steps over the written JPEGs, repeated), and its rate is its steady state: the images per
-second between its step --warmup-steps and its last, from the timestamps its profiler writes after every
-step (profile/steps.jsonl), so neither start-up, cuDNN's autotuning, compilation nor a loader queue that
-starts empty counts. Beside each model's jobs, the synthetic ceiling: the same model, batch, precision,
-layout and compile on one batch already on the GPU (no loading at all). Recipes:
+Each job is train.py end to end (a subprocess as SageMaker runs it: bench.training_job; debug hook off,
+one epoch of --job-steps steps over the written JPEGs, repeated), and its rate is its steady state: the
+images per second between its step --warmup-steps and its last, from the timestamps its profiler writes
+after every step (profile/steps.jsonl), so neither start-up, cuDNN's autotuning, compilation nor a loader
+queue that starts empty counts. Beside each model's jobs, the synthetic ceiling: the same model, batch,
+precision, layout and compile on one batch already on the GPU (no loading at all). Recipes:
   baseline      float16 with its loss scaler, NCHW, the loader in the step's thread;
   best          amp-dtype auto (bfloat16 on sm80+), channels-last + cuDNN autotuning, 2 batches prepared by
                 a loader thread, DALI fed by --feed-processes worker processes;
@@ -36,18 +36,17 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from bench import training_job
 from bench.loader import write_jpegs
 from retrain_contract import container as contract
 from retrain_training import models, profiler
 
-ROOT = Path(__file__).resolve().parent.parent
 BEST = {
     contract.HP_AMP_DTYPE: contract.AMP_DTYPE_AUTO,
     contract.HP_CHANNELS_LAST: "true",
@@ -106,12 +105,6 @@ class Table:
             self.out.write_text("\n".join(self.lines) + "\n", encoding="utf-8")
 
 
-def pythonpath() -> str:
-    """The repository's code for the subprocesses, whatever installs the machine has."""
-    ours = [str(ROOT / "training_image"), str(ROOT / "contract"), str(ROOT)]
-    return os.pathsep.join([*ours, *filter(None, [os.environ.get("PYTHONPATH")])])
-
-
 def steady_rate(profile_dir: Path, batch_size: int, warmup: int) -> float:
     """Images per second between step `warmup` and the job's last, from the profiler's step timestamps."""
     steps = [
@@ -123,20 +116,24 @@ def steady_rate(profile_dir: Path, batch_size: int, warmup: int) -> float:
     return (len(timed) - 1) * batch_size / (timed[-1] - timed[0])
 
 
-def watch_cpus(process: subprocess.Popen[str], seen: set[int], stop: threading.Event) -> None:
-    """The processors `ps -L -o psr` shows the job's threads on, every 0.5 s while it runs."""
-    while not stop.wait(0.5) and process.poll() is None:
-        listed = subprocess.run(
-            ["ps", "-L", "-o", "psr=", "--pid", str(process.pid), "--ppid", str(process.pid)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        seen.update(int(word) for word in listed.stdout.split() if word.isdigit())
+def watch_cpus(seen: set[int]) -> training_job.Watch:
+    """What records the processors `ps -L -o psr` shows the job's threads on, every 0.5 s while it runs."""
+
+    def watch(process: subprocess.Popen[str]) -> None:
+        while process.poll() is None:
+            time.sleep(0.5)
+            listed = subprocess.run(
+                ["ps", "-L", "-o", "psr=", "--pid", str(process.pid), "--ppid", str(process.pid)],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            seen.update(int(word) for word in listed.stdout.split() if word.isdigit())
+
+    return watch
 
 
 def train(case: Case, data: Path, work: Path, args: argparse.Namespace) -> Result:
-    base = Path(tempfile.mkdtemp(prefix="job-", dir=work))
     hyperparameters = {
         contract.HP_MODEL: case.model,
         contract.HP_EPOCHS: "1",
@@ -153,46 +150,29 @@ def train(case: Case, data: Path, work: Path, args: argparse.Namespace) -> Resul
         **RECIPES[case.recipe],
         **dict(setting.split("=", 1) for setting in args.set),
     }
-    flags = [part for name, value in hyperparameters.items() for part in (f"--{name}", value)]
-    command = [sys.executable, str(ROOT / "training_image" / contract.PROGRAM), *flags]
-    pinned = case.cpus < (os.cpu_count() or 1)
-    if pinned:
-        command = ["taskset", "-c", f"0-{case.cpus - 1}", *command]
-    env = {
-        **os.environ,
-        "PYTHONPATH": pythonpath(),
-        contract.BASE_DIR_ENV: str(base),
-        contract.JOB_NAME_ENV: "bench-gpu-train",
-        contract.NUM_CPUS_ENV: str(case.cpus),
-        contract.CHANNEL_ENV_PREFIX + contract.CHANNEL_TRAIN.upper(): str(data),
-    }
-    result = Result(case)
+    job = training_job.TrainingJob(
+        Path(tempfile.mkdtemp(prefix="job-", dir=work)),
+        hyperparameters,
+        {contract.CHANNEL_TRAIN: data},
+        name="bench-gpu-train",
+        cpus=case.cpus,
+        max_runtime_s=args.job_timeout,
+    )
     seen: set[int] = set()
-    stop = threading.Event()
-    started = time.perf_counter()
-    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as job:
-        watcher = threading.Thread(target=watch_cpus, args=(job, seen, stop), daemon=True)
-        watcher.start()
+    done = training_job.run(job, watch_cpus(seen))
+    result = Result(case, wall_s=done.seconds)
+    result.cpus_seen = ",".join(str(c) for c in sorted(seen)) if job.pinned else ""
+    if done.timed_out:
+        result.failure = f"over --job-timeout {args.job_timeout} s"
+    elif done.returncode != 0:
+        last = [line for line in done.stderr.splitlines() if line.strip()][-1:] or ["no output"]
+        result.failure = f"exit {done.returncode}: {last[0][:200]}"
+    else:
         try:
-            _, stderr = job.communicate(timeout=args.job_timeout)
-        except subprocess.TimeoutExpired:
-            job.kill()
-            _, stderr = job.communicate()
-            result.failure = f"over --job-timeout {args.job_timeout} s"
-        stop.set()
-        watcher.join()
-    result.wall_s = time.perf_counter() - started
-    result.cpus_seen = ",".join(str(c) for c in sorted(seen)) if pinned else ""
-    if not result.failure and job.returncode != 0:
-        last = [line for line in stderr.splitlines() if line.strip()][-1:] or ["no output"]
-        result.failure = f"exit {job.returncode}: {last[0][:200]}"
-    if not result.failure:
-        try:
-            paths = contract.resolve_paths({contract.BASE_DIR_ENV: str(base)})
-            result.images_per_second = steady_rate(paths.profile_dir, args.batch_size, args.warmup_steps)
+            result.images_per_second = steady_rate(job.paths.profile_dir, args.batch_size, args.warmup_steps)
         except (OSError, RuntimeError) as error:
             result.failure = str(error)
-    fixed = [float(m.group(1)) for m in map(FIXED_COST.search, stderr.splitlines()) if m]
+    fixed = [float(m.group(1)) for m in map(FIXED_COST.search, done.stderr.splitlines()) if m]
     result.fixed_s = fixed[-1] if fixed else float("nan")
     return result
 

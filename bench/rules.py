@@ -45,7 +45,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections import Counter
@@ -57,7 +56,7 @@ from typing import Any
 
 import numpy as np
 
-from bench import results
+from bench import results, training_job
 from controller import gate
 from retrain import demo_data
 from retrain_contract import container as contract
@@ -371,57 +370,40 @@ def validation_split(data: Path) -> gate.Split:
 
 
 def train(job: Job, data: Path, work: Path, models: dict[str, Path], revision: str) -> Outcome:
-    base = work / "jobs" / job.slug
-    env = {
-        **os.environ,
-        contract.BASE_DIR_ENV: str(base),
-        contract.JOB_NAME_ENV: "bench-rules",
-        contract.CHANNEL_ENV_PREFIX + contract.CHANNEL_TRAIN.upper(): str(data),
-        "OMP_NUM_THREADS": "1",
-    }
+    channels = {contract.CHANNEL_TRAIN: data}
     hyperparameters = {
         **job.hyperparameters,
         contract.HP_NUM_WORKERS: "0",
         contract.HP_CHECKPOINT_EVERY: "0",
     }
     if job.start:
-        channel = work / "start" / job.slug
-        channel.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(channel / "model.tar.gz", "w:gz") as tar:
-            for path in sorted(models[job.start].iterdir()):
-                tar.add(path, arcname=path.name)
-        env[contract.CHANNEL_ENV_PREFIX + contract.CHANNEL_PRETRAINED.upper()] = str(channel)
-        hyperparameters[contract.HP_PRETRAINED] = "model.tar.gz"
-    flags = [part for name, value in sorted(hyperparameters.items()) for part in (f"--{name}", value)]
-    paths = contract.resolve_paths({contract.BASE_DIR_ENV: str(base)})
+        channels[contract.CHANNEL_PRETRAINED] = work / "start" / job.slug
+        archive = training_job.pack(models[job.start], channels[contract.CHANNEL_PRETRAINED])
+        hyperparameters[contract.HP_PRETRAINED] = archive.name
+    sagemaker = training_job.TrainingJob(
+        work / "jobs" / job.slug,
+        dict(sorted(hyperparameters.items())),
+        channels,
+        name="bench-rules",
+        threads=1,
+    )
+    base, paths = sagemaker.base, sagemaker.paths
     stamp = base / "revision.json"
-    wanted = {"revision": revision, "flags": flags, "start": job.start}
+    wanted = {"revision": revision, "flags": sagemaker.flags(), "start": job.start}
     log = base / "stdout.txt"
     reused = stamp.is_file() and json.loads(stamp.read_text(encoding="utf-8")) == wanted
     started = time.perf_counter()
     if not reused:
         shutil.rmtree(base, ignore_errors=True)
-        done = subprocess.run(
-            [sys.executable, str(ROOT / "training_image" / contract.PROGRAM), *flags],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=3600,
-            check=False,
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"{job.name}: train.py exited {done.returncode}:\n{done.stderr[-3000:]}")
+        done = training_job.run(sagemaker).check(job.name)
         log.write_text(done.stdout, encoding="utf-8")
         stamp.write_text(json.dumps(wanted), encoding="utf-8")
     seconds = time.perf_counter() - started
-    accuracy = [
-        float(line.rsplit(":", 1)[1])
-        for line in log.read_text(encoding="utf-8").splitlines()
-        if f"{contract.METRIC_VAL_ACCURACY}:" in line
-    ]
+    metrics = contract.parse_metric_lines(log.read_text(encoding="utf-8").splitlines())
+    top1 = metrics[contract.METRIC_VAL_ACCURACY][-1].value
     config = json.loads((paths.model_dir / contract.CONFIG_FILE).read_text(encoding="utf-8"))
     print(
-        f"{job.name}: top-1 {accuracy[-1]:.3f}, {config['steps']} steps, {seconds:.0f} s",
+        f"{job.name}: top-1 {top1:.3f}, {config['steps']} steps, {seconds:.0f} s",
         file=sys.stderr,
         flush=True,
     )
@@ -429,7 +411,7 @@ def train(job: Job, data: Path, work: Path, models: dict[str, Path], revision: s
         job,
         paths.output_data_dir,
         paths.model_dir,
-        accuracy[-1],
+        top1,
         int(config["steps"]),
         seconds,
         reused,

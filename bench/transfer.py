@@ -1,10 +1,9 @@
 """Transfer: validation top-1 after each epoch from scratch, from ImageNet and from a champion, side by side.
 
-The real container (training_image/train.py in a subprocess, as SageMaker runs it: SAGEMAKER_BASE_DIR,
-SM_CHANNEL_* and the hyperparameters as flags) trains each start for the same epochs with the same seed,
-and the bench reads val-accuracy and the optimizer step after every epoch from the metric lines (the
-contract's metric_regex). The container's own rule splits train and validation (the hash of each
-`<label>/<file>` key).
+The real container (training_image/train.py in a subprocess, as SageMaker runs it: bench.training_job)
+trains each start for the same epochs with the same seed, and the bench reads val-accuracy and the
+optimizer step after every epoch from the metric lines (the contract's parse_metric_lines). The
+container's own rule splits train and validation (the hash of each `<label>/<file>` key).
 
 --data photos (the default): crops of the real photographs scikit-image ships, one class per photograph
 (retrain.demo_data.write_photos: PHOTO_CLASSES, --per-class crops each), EfficientNet-Lite0 with the
@@ -38,30 +37,20 @@ import argparse
 import dataclasses
 import json
 import os
-import re
 import shutil
-import subprocess
 import sys
-import tarfile
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import results
+from bench import results, training_job
 from retrain import demo_data
 from retrain_contract import container as contract
-
-ROOT = Path(__file__).resolve().parent.parent
 
 EFFICIENTNET = contract.MODEL_EFFICIENTNET_LITE0
 HELD_OUT_LABEL = demo_data.LABELS[-1]  # the label the champion never saw
 CHAMPION_SHARE = 0.5  # the champion trains on this first share of the digits
-EPOCH = re.compile(r"\bepoch=(\d+)\b")
-STEP = re.compile(r"\bstep=(\d+)\b")
-VAL_ACCURACY = re.compile(contract.metric_regex(contract.METRIC_VAL_ACCURACY))
-TRAIN_LOSS = re.compile(contract.metric_regex(contract.METRIC_TRAIN_LOSS))
 
 
 @dataclass(frozen=True)
@@ -78,7 +67,7 @@ class Settings:
     threads: int
     fine_tune_factor: float  # backbone-lr-factor of the second ImageNet start; 0: no such start
 
-    def flags(self) -> list[str]:
+    def hyperparameters(self) -> dict[str, str]:
         values = {
             contract.HP_EPOCHS: self.epochs,
             contract.HP_IMAGE_SIZE: self.image_size,
@@ -91,7 +80,7 @@ class Settings:
             contract.HP_CHECKPOINT_EVERY: 0,
             contract.HP_DEBUG_HOOK: "false",
         }
-        return [part for name, value in values.items() for part in (f"--{name}", str(value))]
+        return {name: str(value) for name, value in values.items()}
 
 
 @dataclass(frozen=True)
@@ -127,60 +116,36 @@ def write_data(work: Path) -> tuple[Path, Path]:
 def parse_curve(stdout: str) -> Curve:
     """Per epoch, the val-accuracy line and the last train-loss line (the epoch's mean)."""
     curve = Curve()
-    for line in stdout.splitlines():
-        epoch = EPOCH.search(line)
-        if epoch is None:
-            continue
-        if accuracy := VAL_ACCURACY.search(line):
-            curve.top1[int(epoch.group(1)) + 1] = float(accuracy.group(1))
-            if step := STEP.search(line):
-                curve.steps[int(epoch.group(1)) + 1] = int(step.group(1))
-        elif loss := TRAIN_LOSS.search(line):
-            curve.train_loss[int(epoch.group(1)) + 1] = float(loss.group(1))
+    metrics = contract.parse_metric_lines(stdout.splitlines())
+    for point in metrics.get(contract.METRIC_VAL_ACCURACY, []):
+        curve.top1[point.epoch + 1] = point.value
+        curve.steps[point.epoch + 1] = point.step
+    for point in metrics.get(contract.METRIC_TRAIN_LOSS, []):
+        curve.train_loss[point.epoch + 1] = point.value
     return curve
 
 
 def train(start: Start, data: Path, job: Path, settings: Settings) -> Curve:
     """Run train.py as SageMaker would for `start` on `data`; its curve. The job's model dir is job/model."""
-    env = {
-        **os.environ,
-        contract.BASE_DIR_ENV: str(job),
-        contract.JOB_NAME_ENV: f"bench-transfer-{job.name}",
-        contract.CHANNEL_ENV_PREFIX + contract.CHANNEL_TRAIN.upper(): str(data),
-        "OMP_NUM_THREADS": str(settings.threads),
-    }
-    flags = [*settings.flags(), f"--{contract.HP_MODEL}", start.model]
+    channels = {contract.CHANNEL_TRAIN: data}
+    hyperparameters = {**settings.hyperparameters(), contract.HP_MODEL: start.model}
     if start.weights is not None:
-        env[contract.CHANNEL_ENV_PREFIX + contract.CHANNEL_PRETRAINED.upper()] = str(start.weights.parent)
-        flags += [f"--{contract.HP_PRETRAINED}", start.weights.name]
-    flags += [part for name, value in start.extra.items() for part in (f"--{name}", value)]
-    started = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "training_image" / contract.PROGRAM), *flags],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=3600,
-        check=False,
+        channels[contract.CHANNEL_PRETRAINED] = start.weights.parent
+        hyperparameters[contract.HP_PRETRAINED] = start.weights.name
+    sagemaker = training_job.TrainingJob(
+        job,
+        {**hyperparameters, **start.extra},
+        channels,
+        name=f"bench-transfer-{job.name}",
+        threads=settings.threads,
     )
-    if done.returncode != 0:
-        raise RuntimeError(f"{start.name}: train.py exited {done.returncode}:\n{done.stderr[-3000:]}")
+    done = training_job.run(sagemaker).check(start.name)
     curve = parse_curve(done.stdout)
-    curve.seconds = time.perf_counter() - started
+    curve.seconds = done.seconds
     if sorted(curve.top1) != list(range(1, settings.epochs + 1)):
         raise RuntimeError(f"{start.name}: val-accuracy for epochs {sorted(curve.top1)} only")
     print(f"{start.name}: {curve.top1} in {curve.seconds:.0f} s", file=sys.stderr, flush=True)
     return curve
-
-
-def pack(model_dir: Path, into: Path) -> Path:
-    """The model dir as SageMaker uploads it: model.tar.gz."""
-    into.mkdir(parents=True, exist_ok=True)
-    archive = into / "model.tar.gz"
-    with tarfile.open(archive, "w:gz") as tar:
-        for path in sorted(model_dir.iterdir()):
-            tar.add(path, arcname=path.name)
-    return archive
 
 
 def imagenet_weights(work: Path) -> Path:
@@ -196,7 +161,7 @@ def champion(model: str, part: Path, work: Path, settings: Settings, first: Star
     """Train `first` on the champion's part of the data; its model.tar.gz and curve."""
     job = work / f"champion-{model}"
     curve = train(first, part, job, settings)
-    return pack(job / "model", work / f"champion-{model}-channel"), curve
+    return training_job.pack(job / "model", work / f"champion-{model}-channel"), curve
 
 
 def starts_for(model: str, work: Path, part: Path, settings: Settings) -> tuple[list[Start], Curve]:
