@@ -21,7 +21,6 @@ import os
 import random
 import shutil
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -29,8 +28,7 @@ import torch
 from PIL import Image
 
 from bench import results
-from bench.label_suspects import SETTINGS, halves, probabilities
-from bench.transfer import Start, pack, train
+from bench.label_suspects import SETTINGS, champion, halves, probabilities
 from controller import arrivals
 from retrain_training import evaluate, label_check
 
@@ -90,13 +88,7 @@ def main() -> int:
         work = Path(scratch)
         champion_data, new = halves(work)
         validation, pool = split_pool(new, work)
-        started = time.perf_counter()
-        train(Start("champion", "resnet18"), champion_data, work / "job", SETTINGS)
-        trained = time.perf_counter() - started
-        archive = pack(work / "job" / "model", work / "champion")
-        (work / "extract").mkdir()
-        artifact = evaluate.load_artifact(archive, work / "extract")
-        model = evaluate.build(artifact, torch.device("cpu"))
+        model, artifact, _, trained = champion(champion_data, work)
         reference = correct(model, artifact, validation)
         same = correct(model, artifact, pool)
         turned = correct(model, artifact, rotated(pool, work / "rotated"))

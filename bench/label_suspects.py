@@ -27,7 +27,8 @@ import numpy as np
 import torch
 
 from bench import results
-from bench.transfer import Settings, Start, pack, train
+from bench.training_job import pack
+from bench.transfer import Curve, Settings, Start, train
 from retrain import demo_data
 from retrain_training import data, evaluate, label_check
 
@@ -88,6 +89,18 @@ def probabilities(
     return given, torch.softmax(logits, dim=1).numpy(), [s.key for s in samples]
 
 
+def champion(folder: Path, work: Path) -> tuple[torch.nn.Module, evaluate.Artifact, Curve, float]:
+    """A resnet18 trained by train.py on `folder`, loaded as evaluate.py loads a champion: the model, its
+    artifact, its curve and the seconds its training took."""
+    started = time.perf_counter()
+    curve = train(Start("champion", "resnet18"), folder, work / "job", SETTINGS)
+    trained = time.perf_counter() - started
+    archive = pack(work / "job" / "model", work / "champion")
+    (work / "extract").mkdir()
+    artifact = evaluate.load_artifact(archive, work / "extract")
+    return evaluate.build(artifact, torch.device("cpu")), artifact, curve, trained
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -100,13 +113,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(scratch)
         champion_data, new = halves(work)
-        started = time.perf_counter()
-        curve = train(Start("champion", "resnet18"), champion_data, work / "job", SETTINGS)
-        trained = time.perf_counter() - started
-        archive = pack(work / "job" / "model", work / "champion")
-        (work / "extract").mkdir()
-        artifact = evaluate.load_artifact(archive, work / "extract")
-        model = evaluate.build(artifact, torch.device("cpu"))
+        model, artifact, curve, trained = champion(champion_data, work)
         images = len(list(new.rglob("*.jpg")))
         # (rate, filter) -> per seed (true positives, suspects, planted)
         counts: dict[tuple[float, str], list[tuple[int, int, int]]] = defaultdict(list)
