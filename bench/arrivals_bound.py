@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from bench import results
-from retrain import demo_data
+from retrain.demo import data as demo_data
 from retrain_contract import container
 from retrain_training import data, evaluate, label_check, models
 

@@ -3,9 +3,9 @@
 What the README shows a newcomer, timed as they would live it, each step a `retrain` command in a fresh
 directory (a fresh state): `retrain local up` (the background stack, with `retrain demo --images`'
 parameters), N photos in L labels written as JPEGs (crops of the photographs scikit-image ships:
-retrain.demo_data.write_photos, --size pixels square), `retrain upload DIR --dataset photos`, then
+retrain.demo.data.write_photos, --size pixels square), `retrain upload DIR --dataset photos`, then
 `retrain runs --json` every 2 s until the run the uploads started has ended, its phases from Step
-Functions' history (retrain.timing, as its report's table), and `retrain local down`. The run's top-1
+Functions' history (retrain.report.timing, as its report's table), and `retrain local down`. The run's top-1
 is the gate's: the registered model on the run's held-out split.
 
     .venv/bin/python bench/first_contact.py [--repeat 3] [--per-class 30 --labels cat,coffee] [--wrong 0.15]
@@ -26,7 +26,9 @@ from pathlib import Path
 
 from bench.results import machine_line, publish, when
 from controller import names, runs
-from retrain import demo_data, local, timing
+from retrain import local
+from retrain.demo import data as demo_data
+from retrain.report import timing
 
 RETRAIN = Path(sys.executable).with_name("retrain")
 DATASET = "photos"

@@ -29,7 +29,7 @@ import torch
 from bench import results
 from bench.training_job import pack
 from bench.transfer import Curve, Settings, Start, train
-from retrain import demo_data
+from retrain.demo import data as demo_data
 from retrain_training import data, evaluate, label_check
 
 SETTINGS = Settings(

@@ -7,7 +7,7 @@ the backbone at a tenth of the rate, its BatchNorm statistics frozen, AdamW; at 
 fit a CPU):
   first photos      a new user's first upload: 2 labels x 30 crops of two photographs, lr 3e-4 and 2e-3,
                     and 1,000 steps at 2e-3 (long after it fits them: its gradients shrink with its loss);
-  photo benchmark   10 labels x 30 crops (retrain.demo_data.write_photos), seeds 0 and 1;
+  photo benchmark   10 labels x 30 crops (retrain.demo.data.write_photos), seeds 0 and 1;
   photo demo        3 labels x 12 crops: a validation split of ~7 images;
   hard              18 labels x 20 crops, pairs hard to tell apart (the same motorcycle from left and right,
                     two retinas, a page and text), 15% filed under a wrong label; 30 to 300 steps;
@@ -58,7 +58,7 @@ import numpy as np
 
 from bench import results, training_job
 from controller import gate
-from retrain import demo_data
+from retrain.demo import data as demo_data
 from retrain_contract import container as contract
 from retrain_contract import rules as rule_names
 
@@ -82,7 +82,7 @@ PHOTO_RECIPE = {
     contract.HP_BACKBONE_LR_FACTOR: "0.1",
     contract.HP_BATCHNORM: contract.BATCHNORM_FROZEN,
 }
-SCRATCH_RECIPE = {  # the digits demo's first run (retrain.demo.DEMO_PARAMETERS)
+SCRATCH_RECIPE = {  # the digits demo's first run (retrain.demo.flow.DEMO_PARAMETERS)
     contract.HP_MODEL: "resnet18",
     contract.HP_EPOCHS: "5",
     contract.HP_BATCH_SIZE: "32",

@@ -6,7 +6,7 @@ optimizer step after every epoch from the metric lines (the contract's parse_met
 container's own rule splits train and validation (the hash of each `<label>/<file>` key).
 
 --data photos (the default): crops of the real photographs scikit-image ships, one class per photograph
-(retrain.demo_data.write_photos: PHOTO_CLASSES, --per-class crops each), EfficientNet-Lite0 with the
+(retrain.demo.data.write_photos: PHOTO_CLASSES, --per-class crops each), EfficientNet-Lite0 with the
 hyperparameters a new data set gets from the stack (template.yaml's defaults: FineTuneBackboneLrFactorMin,
 FineTuneBatchNorm, MinTrainingSteps, CropScaleMin) at the photo demo's image size and epochs, and AdamW
 at --lr (inside the demo's range). The starts:
@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import results, training_job
-from retrain import demo_data
+from retrain.demo import data as demo_data
 from retrain_contract import container as contract
 
 EFFICIENTNET = contract.MODEL_EFFICIENTNET_LITE0
@@ -250,7 +250,7 @@ def render(
     )
 
 
-# The photo benchmark: one class per photograph (see retrain.demo_data.PHOTOS), crops of PHOTO_SIZE px.
+# The photo benchmark: one class per photograph (see retrain.demo.data.PHOTOS), crops of PHOTO_SIZE px.
 PHOTO_CLASSES = tuple(demo_data.PHOTOS)
 
 
@@ -467,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--append", type=Path, default=None, help="append the markdown section to this file")
     args = parser.parse_args(argv)
     photos = args.data == "photos"
-    from retrain.demo import DEMO_PARAMETERS, PHOTO_PARAMETERS
+    from retrain.demo.flow import DEMO_PARAMETERS, PHOTO_PARAMETERS
 
     demo = PHOTO_PARAMETERS if photos else DEMO_PARAMETERS
     crop = args.crop_scale_min

@@ -1,7 +1,7 @@
 """The CLI's errors: each says what went wrong and what to do, and maps to one exit code.
 
-Commands raise these; `retrain.cli.main` turns them into one line on stderr and the exit code, so a
-person never sees a traceback for a mistake they can fix.
+Commands raise these; the CLI's boundary (`retrain.commands._shared.Group`) turns them into one line on
+stderr and the exit code, so a person never sees a traceback for a mistake they can fix.
 """
 
 from __future__ import annotations

@@ -7,10 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from controller import names, notes
-from retrain import timing
-from retrain.pricing import PRICE_DATE, PRICE_REGION, PRICE_SOURCE, job_cost, spot_savings_pct
-from retrain.report import charts
+from retrain.report import charts, timing
 from retrain.report.facts import RunFacts
+from retrain.report.pricing import PRICE_DATE, PRICE_REGION, PRICE_SOURCE, job_cost, spot_savings_pct
 from retrain_contract import container
 from retrain_contract import rules as rule_names
 
@@ -514,7 +513,7 @@ def _utilisation(facts: RunFacts, out_dir: Path) -> list[str]:
 
 
 def _time(facts: RunFacts) -> list[str]:
-    """The execution's phases from Step Functions' history (retrain.timing)."""
+    """The execution's phases from Step Functions' history (retrain.report.timing)."""
     if not facts.phases:
         return []
     return ["## Where the time went", "", *timing.markdown(facts.phases), ""]

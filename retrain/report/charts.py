@@ -10,8 +10,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from retrain.job_logs import MetricPoint
 from retrain.report.facts import CheckpointEvaluation, Trial
+from retrain.report.job_logs import MetricPoint
 
 DPI = 100
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from retrain.job_logs import MetricPoint
-from retrain.timing import Phase
+from retrain.report.job_logs import MetricPoint
+from retrain.report.timing import Phase
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,10 @@ import pytest
 from mlflow import MlflowClient
 
 from controller import tracking
-from retrain.demo import PHOTO_PARAMETERS
-from retrain.demo_data import write_mistakes, write_photos
+from retrain.demo.data import write_mistakes, write_photos
+from retrain.demo.flow import PHOTO_PARAMETERS
 from retrain.embedded.mlflow_app import store_uri
-from retrain.summary import SUMMARY_KEYS
+from retrain.report.summary import SUMMARY_KEYS
 from retrain_contract import rules
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]

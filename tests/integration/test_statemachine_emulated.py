@@ -22,10 +22,10 @@ from PIL import Image
 
 from controller import names
 from controller.config import Config, get_config
-from retrain import predict
 from retrain.dev.template_model import default_environment
 from retrain.embedded.sagemaker import JobContext, SageMakerEmulator, api_installed
 from retrain.embedded.stepfunctions.integrations import installed
+from retrain.serve import predict
 from retrain_training import data, evaluate
 from tests.integration.test_statemachine_branches import (
     FUNCTIONS,

@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from controller import names, runs
-from retrain import demo_data, timing
-from retrain.demo import DEMO_PARAMETERS
+from retrain.demo import data as demo_data
+from retrain.demo.flow import DEMO_PARAMETERS
 from retrain.embedded.faults import Faults
 from retrain.embedded.sagemaker import SpotSchedule
 from retrain.embedded.stack import EmbeddedStack
+from retrain.report import timing
 
 # A name with '_': SageMaker refuses it in a model package group name, so registration must derive one.
 DATASET = "hand_digits"

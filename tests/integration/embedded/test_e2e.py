@@ -26,13 +26,14 @@ from mlflow import MlflowClient
 from PIL import Image
 
 from controller import names, runs, tracking
-from retrain import demo_data, predict
-from retrain.collect import read_json_object
-from retrain.demo import DEMO_PARAMETERS
+from retrain.demo import data as demo_data
+from retrain.demo.flow import DEMO_PARAMETERS
 from retrain.embedded.faults import REDELIVERY_SECONDS, Faults
 from retrain.embedded.mlflow_app import store_uri
 from retrain.embedded.sagemaker import INTERRUPTIONS_FIELD
 from retrain.local import connect_local
+from retrain.report.collect import read_json_object
+from retrain.serve import predict
 from retrain_contract import container as contract
 from retrain_training import data, evaluate, models, rules
 from tests.integration.embedded.flow import DATASET, IMAGES, Finished, Uploads, lock_holder, run_to_the_end

@@ -19,8 +19,8 @@ import pytest
 from PIL import Image
 
 from controller import names
-from retrain.collect import read_json_object
 from retrain.embedded.faults import Faults
+from retrain.report.collect import read_json_object
 from retrain_contract import container
 from tests.integration.embedded.flow import Uploads, run_to_the_end
 

@@ -16,11 +16,13 @@ from typing import Any
 import pytest
 
 from controller import names
-from retrain import demo_data, job_logs, local
-from retrain.collect import collect, read_json_object
+from retrain import local
+from retrain.demo import data as demo_data
 from retrain.embedded.faults import Faults
 from retrain.embedded.stack import EmbeddedStack
+from retrain.report import job_logs
 from retrain.report.build import write_report
+from retrain.report.collect import collect, read_json_object
 from retrain_contract import container
 from tests.integration.embedded.flow import DATASET, Uploads, run_to_the_end
 from tests.unit.functions import images

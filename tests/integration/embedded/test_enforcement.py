@@ -17,8 +17,8 @@ import pytest
 
 from controller import datasets, names, prepare, runs
 from controller.ledger import rows as ledger_rows
-from retrain import demo_data
-from retrain.demo import DEMO_PARAMETERS
+from retrain.demo import data as demo_data
+from retrain.demo.flow import DEMO_PARAMETERS
 from retrain.embedded.faults import Faults
 from retrain.embedded.stack import REPO_ROOT, EmbeddedStack, EmbeddedStackError
 from tests.integration.embedded.flow import outputs_of

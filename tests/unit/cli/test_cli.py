@@ -5,15 +5,18 @@ import threading
 
 import boto3
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 import retrain.cli
-import retrain.demo
+import retrain.commands._shared
+import retrain.commands.report
+import retrain.demo.flow
 from controller import runs
 from retrain.deployment import connect
 from retrain.errors import RetrainError, RunFailedError
 from retrain.report.build import REPORT_FILE
-from retrain.summary import SUMMARY_KEYS
+from retrain.report.summary import SUMMARY_KEYS
 from retrain_contract.ledger import LEDGER_SHARDS, Partitions
 from tests.unit.cli import recorded_run
 
@@ -34,7 +37,7 @@ def recorded(stack, recorded_sagemaker, monkeypatch, tmp_path):
         deployment.clients["sagemaker"] = recorded_sagemaker
         return deployment
 
-    monkeypatch.setattr(retrain.cli, "connect", connect_recorded)
+    monkeypatch.setattr(retrain.commands._shared, "connect", connect_recorded)
     return recorded_run.write(stack)
 
 
@@ -83,7 +86,7 @@ def test_status_shows_the_runs_jobs_and_interruptions(stack, recorded):
 def test_status_on_a_terminal_lists_each_refused_file_and_why(stack, recorded, recorded_sagemaker):
     from rich.console import Console
 
-    from retrain.follow import render, snapshot
+    from retrain.run.follow import render, snapshot
 
     deployment = connect(stack.name)
     deployment.clients["sagemaker"] = recorded_sagemaker
@@ -186,10 +189,12 @@ def test_a_failed_run_prints_its_summary_then_fails_with_the_reason(stack, recor
     failed = recorded_run.record("FAILED", run_id="r2", failure=failure)
     failed.pop("gate")
     runs.put_run(failed, table_name=stack.output("runs_table"), client=boto3.client("dynamodb"))
-    deployment = retrain.cli.connect(stack.name)
+    deployment = retrain.commands._shared.connect(stack.name)
     # WHEN the end of the run is reported as JSON
     with pytest.raises(RunFailedError) as raised:
-        retrain.cli._finish(deployment, failed, json_output=True, console=retrain.cli._console(True))
+        retrain.commands.report.finish(
+            deployment, failed, json_output=True, console=retrain.commands._shared.console_for(True)
+        )
     # THEN the JSON still comes out, with the failed status, and the error carries the reason
     document = json.loads(capsys.readouterr().out)
     assert (document["status"], document["gate"]["passed"]) == ("FAILED", None)
@@ -229,12 +234,12 @@ def test_the_demo_waits_for_every_upload_of_its_wave_accepted_or_refused(stack):
                     "data/d/a/1.jpg": ("2026-11-22T05:00:01.5Z", "accepted"),
                     "data/d/b/2.jpg": ("2026-11-22T05:00:02.0Z", "rejected")})  # fmt: skip
     wave = {"data/d/a/1.jpg", "data/d/b/2.jpg", "data/d/b/3.jpg"}
-    console = retrain.cli.Console(record=True, width=200)
+    console = Console(record=True, width=200)
     deployment = connect(stack.name)
     # WHEN the last one is recorded while the demo waits
     timer = threading.Timer(0.5, _ledger, (stack, {"data/d/b/3.jpg": ("2026-11-22T05:00:03.0Z", "accepted")}))
     timer.start()
-    accepted, rejected = retrain.demo.wait_until_recorded(
+    accepted, rejected = retrain.demo.flow.wait_until_recorded(
         deployment, "d", "2026-11-22T05:00:00", wave, console=console, timeout_seconds=60, poll_seconds=0.1
     )
     timer.join()
@@ -249,9 +254,9 @@ def test_the_demo_waits_for_every_upload_of_its_wave_accepted_or_refused(stack):
 
 def test_the_demo_says_how_many_uploads_were_never_recorded_and_where_to_look(stack):
     _ledger(stack, {"data/d/a/1.jpg": ("2026-11-22T05:00:01.5Z", "accepted")})
-    console = retrain.cli.Console(record=True, width=200)
+    console = Console(record=True, width=200)
     with pytest.raises(RetrainError, match=r"only 1 of 2 uploads .* dead-letter queue"):
-        retrain.demo.wait_until_recorded(
+        retrain.demo.flow.wait_until_recorded(
             connect(stack.name),
             "d",
             "2026-11-22T05:00:00",

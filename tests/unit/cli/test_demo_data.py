@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from PIL import Image
 
-from retrain.demo_data import LABELS, batches, write_digits, write_mistakes
+from retrain.demo.data import LABELS, batches, write_digits, write_mistakes
 
 
 def test_digits_are_written_as_jpegs_in_label_folders(tmp_path):

@@ -6,10 +6,11 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from retrain import demo, demo_data
-from retrain.job_logs import MetricPoint
+from retrain.data.upload import find_files, likely_images
+from retrain.demo import data as demo_data
+from retrain.demo import flow as demo
 from retrain.report.facts import Evaluation, RunFacts
-from retrain.upload import find_files, likely_images
+from retrain.report.job_logs import MetricPoint
 
 
 def _labels(files: list) -> Counter[str]:
@@ -92,7 +93,7 @@ def test_one_digit_of_each_held_out_label_stays_out_of_every_upload(tmp_path: Pa
 
 
 def test_the_demos_json_lists_every_run_with_what_it_started_from() -> None:
-    from retrain.summary import SUMMARY_KEYS, demo_summary
+    from retrain.report.summary import SUMMARY_KEYS, demo_summary
 
     first = _facts("digits-00001", "scratch", [0.5, 0.8, 0.9], 0.91)
     second = _facts("digits-00002", "champion", [0.93, 0.95, 0.96], 0.97)

@@ -8,7 +8,7 @@ from rich.console import Console
 
 from controller import runs
 from retrain.deployment import connect
-from retrain.follow import JobRow, Snapshot, execution_history, follow, plain_line, render, snapshot
+from retrain.run.follow import JobRow, Snapshot, execution_history, follow, plain_line, render, snapshot
 from tests.unit.cli import recorded_run
 from tests.unit.cli.conftest import RecordedSageMaker, make_stack
 

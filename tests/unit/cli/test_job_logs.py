@@ -4,7 +4,7 @@ import time
 
 import boto3
 
-from retrain.job_logs import TRAINING_LOG_GROUP, job_curves, parse_metric_lines
+from retrain.report.job_logs import TRAINING_LOG_GROUP, job_curves, parse_metric_lines
 from retrain_contract import container as contract
 
 

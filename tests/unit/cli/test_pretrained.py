@@ -9,7 +9,7 @@ import pytest
 from moto import mock_aws
 
 from controller import names
-from retrain import pretrained
+from retrain.data import pretrained
 from retrain.deployment import Deployment
 from retrain.errors import UsageError
 

@@ -7,10 +7,10 @@ import pytest
 from moto import mock_aws
 
 from controller import datasets, names, runs
-from retrain.collect import collect
 from retrain.deployment import connect
 from retrain.report.build import write_report
-from retrain.summary import SUMMARY_KEYS, summary
+from retrain.report.collect import collect
+from retrain.report.summary import SUMMARY_KEYS, summary
 from retrain_contract import container as contract
 from tests.unit.cli import recorded_run
 from tests.unit.cli.conftest import RecordedSageMaker, make_stack

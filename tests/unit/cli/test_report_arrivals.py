@@ -12,16 +12,18 @@ import boto3
 import pytest
 from moto import mock_aws
 from PIL import Image
+from rich.console import Console
 
-import retrain.cli
 from controller import names, runs
-from retrain import demo
-from retrain.collect import collect
+from retrain.commands._shared import console_for
+from retrain.commands.report import finish
+from retrain.demo import flow as demo
 from retrain.deployment import connect
 from retrain.errors import RunFailedError
 from retrain.report.build import SUSPECTS_DIR, write_report
+from retrain.report.collect import collect
 from retrain.report.facts import REPORT_SUSPECTS
-from retrain.summary import summary
+from retrain.report.summary import summary
 from retrain_contract import container as contract
 from tests.unit.cli import recorded_run
 from tests.unit.cli.conftest import RecordedSageMaker, make_stack
@@ -246,10 +248,10 @@ def test_a_not_needed_run_is_a_success_that_says_no_retraining_was_needed(
     deployment = connect(stack.name)
     deployment.clients["sagemaker"] = recorded_sagemaker
     # WHEN its end is reported, as JSON and as text
-    retrain.cli._finish(deployment, run, json_output=True, console=retrain.cli._console(True))
+    finish(deployment, run, json_output=True, console=console_for(True))
     document = json.loads(capsys.readouterr().out)
-    console = retrain.cli.Console(record=True, width=300)
-    retrain.cli._finish(deployment, run, json_output=False, console=console)
+    console = Console(record=True, width=300)
+    finish(deployment, run, json_output=False, console=console)
     # THEN nothing fails: the gate was not reached, the champion stays, and the decision is there
     assert (document["status"], document["gate"]) == ("NOT_NEEDED", {"passed": None, "reason": reason})
     assert document["arrivals"]["decision"] == "not_needed"
@@ -260,7 +262,7 @@ def test_a_not_needed_run_is_a_success_that_says_no_retraining_was_needed(
     # AND a run that failed still fails
     failed = {**run, "status": "FAILED", "failure": {"error": "E", "cause": "c"}}
     with pytest.raises(RunFailedError):
-        retrain.cli._finish(deployment, failed, json_output=False, console=console)  # type: ignore[arg-type]
+        finish(deployment, failed, json_output=False, console=console)  # type: ignore[arg-type]
 
 
 def test_the_demo_goes_on_after_a_run_that_was_not_needed(monkeypatch, tmp_path):
@@ -292,7 +294,7 @@ def test_the_demo_goes_on_after_a_run_that_was_not_needed(monkeypatch, tmp_path)
     monkeypatch.setattr(demo, "_start_stack", lambda *a: contextlib.nullcontext(object()))
     monkeypatch.setattr(demo, "_WaveRun", Waves)
     # WHEN it runs
-    with demo.run_demo(demo.DemoOptions(), console=retrain.cli.Console(), quiet=True) as ran:
+    with demo.run_demo(demo.DemoOptions(), console=Console(), quiet=True) as ran:
         statuses = [r["status"] for r in ran.records]
     # THEN the second wave's run follows: not needed is no failure
     assert ended == ["r1", "r2"] and statuses == ["NOT_NEEDED", "SUCCEEDED"]
@@ -302,7 +304,7 @@ def test_following_a_run_says_what_the_champions_check_decided(stack, recorded_s
     # GIVEN a run that ended NOT_NEEDED after the champion's check on its new uploads
     from rich.console import Console
 
-    from retrain.follow import plain_line, render, snapshot
+    from retrain.run.follow import plain_line, render, snapshot
 
     reason = "no retraining needed: the champion's top-1 on 80 new uploads is 0.9400"
     run = recorded_run.record("NOT_NEEDED", arrivals=arrivals(decision="not_needed", reason=reason))

@@ -9,11 +9,11 @@ from moto import mock_aws
 
 from controller import runs
 from controller.run_request import parse_request
-from retrain.collect import collect
 from retrain.deployment import connect
 from retrain.errors import RunFailedError
-from retrain.follow import wait_for_run
-from retrain.start import Overrides, parse_assignments, start_input
+from retrain.report.collect import collect
+from retrain.run.follow import wait_for_run
+from retrain.run.start import Overrides, parse_assignments, start_input
 from tests.unit.cli.conftest import make_stack
 
 

@@ -6,7 +6,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from retrain import timing
+from retrain.report import timing
 
 ASL = Path(__file__).resolve().parents[3] / "statemachine" / "training.asl.json"
 
@@ -57,7 +57,7 @@ def test_phases_add_up_their_states_in_the_order_they_began() -> None:
 def test_the_demo_table_lists_its_steps_with_each_runs_phases_under_that_run() -> None:
     from rich.console import Console
 
-    from retrain import demo
+    from retrain.demo import flow as demo
 
     table = demo.timing_table(
         [
@@ -82,7 +82,7 @@ def test_a_run_whose_execution_is_gone_has_no_phases_and_the_report_still_builds
     import boto3
     from moto import mock_aws
 
-    from retrain.collect import execution_phases
+    from retrain.report.collect import execution_phases
 
     class _Deployment:
         def client(self, service: str) -> object:

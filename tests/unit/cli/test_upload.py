@@ -3,8 +3,8 @@ from __future__ import annotations
 import boto3
 import pytest
 
+from retrain.data.upload import check_dataset_name, find_files, likely_images, upload_files
 from retrain.errors import BadDatasetNameError, EmptyFolderError, UsageError
-from retrain.upload import check_dataset_name, find_files, likely_images, upload_files
 
 
 def _tree(root, files):

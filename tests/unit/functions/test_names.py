@@ -6,7 +6,7 @@ import pytest
 
 from controller import checkpoint_eval, datasets, names, prepare
 from retrain.embedded.gatekeeper import contracts
-from retrain.start import execution_name
+from retrain.run.start import execution_name
 
 # The longest data set name ingest accepts, with every character it allows.
 WORST_DATASET = "9_a-" + "b_" * 18

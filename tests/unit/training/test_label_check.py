@@ -98,7 +98,7 @@ def test_evaluate_writes_the_suspects_of_a_folder_with_its_accuracy_interval(tmp
     # GIVEN a model.tar.gz as train.py writes it (over the labels of 30 real digit images) and the images
     import json
 
-    from retrain import demo_data
+    from retrain.demo import data as demo_data
     from retrain_contract import container as contract
     from tests.unit.training.test_start_weights import champion_archive
 

@@ -26,7 +26,6 @@ from PIL import Image
 
 from controller import names
 from controller.register import inference_specification
-from retrain import predict
 from retrain.deployment import Deployment
 from retrain.dev import base_image
 from retrain.embedded.account import ACCOUNT_ID, REGION
@@ -36,6 +35,7 @@ from retrain.embedded.gatekeeper.iam.principals import Credentials, Principals
 from retrain.embedded.sagemaker import JobContext, SageMakerEmulator, api_installed
 from retrain.embedded.server import gated_moto_server
 from retrain.errors import UsageError
+from retrain.serve import predict
 from retrain_contract import container as contract
 from retrain_contract import serving
 from retrain_training import data, evaluate, models, train

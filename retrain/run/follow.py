@@ -20,9 +20,9 @@ from rich.table import Table
 from rich.text import Text
 
 from controller import names, notes, runs
-from retrain.collect import INTERRUPTED_STATUS, ledger_rows, uploads
 from retrain.deployment import Deployment
 from retrain.errors import RetrainError, RunFailedError
+from retrain.report.collect import INTERRUPTED_STATUS, ledger_rows, uploads
 
 POLL_SECONDS = 2.0
 _JOB_NAME_KEYS = {

@@ -10,9 +10,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from controller import names
+from retrain.data.upload import check_dataset_name
 from retrain.deployment import Deployment
 from retrain.errors import UsageError
-from retrain.upload import check_dataset_name
 
 
 @dataclass(frozen=True)

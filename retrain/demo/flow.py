@@ -3,8 +3,8 @@
 It writes the digits (or takes a folder of images), starts the embedded stack with the demo's
 parameters, faults and spot schedule, and for each upload wave (two for the digits, see `waves`) uploads
 the files in batches, waits for the run they start (showing how many the ledger has recorded) and
-follows it to its end; a later wave goes up while the run before it trains. The command in ``cli.py``
-reports on the runs; the digits themselves come from :mod:`retrain.demo_data`.
+follows it to its end; a later wave goes up while the run before it trains. The command
+(``retrain.commands.demo``) reports on the runs; the digits themselves come from :mod:`retrain.demo.data`.
 """
 
 from __future__ import annotations
@@ -22,17 +22,18 @@ from rich.console import Console
 from rich.table import Table
 
 from controller import names, runs
-from retrain import demo_data, local
-from retrain.collect import ledger_partitions, uploads
+from retrain import local
+from retrain.data.upload import LocalFile, check_dataset_name, find_files, likely_images, upload_files
+from retrain.demo import data as demo_data
 from retrain.deployment import Deployment
 from retrain.errors import RetrainError, UsageError
-from retrain.follow import ENDED_WELL, execution_history, follow, wait_for_run
-from retrain.job_logs import MetricPoint
-from retrain.predict import predict
+from retrain.report.collect import ledger_partitions, uploads
 from retrain.report.facts import Rejected, RunFacts
-from retrain.start import Overrides, start_run
-from retrain.timing import Phase
-from retrain.upload import LocalFile, check_dataset_name, find_files, likely_images, upload_files
+from retrain.report.job_logs import MetricPoint
+from retrain.report.timing import Phase
+from retrain.run.follow import ENDED_WELL, execution_history, follow, wait_for_run
+from retrain.run.start import Overrides, start_run
+from retrain.serve.predict import predict
 from retrain_contract import container as contract
 
 DEMO_DATASET = "digits"

@@ -19,9 +19,9 @@ from urllib.parse import urlparse
 import botocore.exceptions
 
 from controller import datasets, ledger, names, runs
-from retrain import job_logs, timing
 from retrain.deployment import Deployment
 from retrain.errors import RunNotFoundError
+from retrain.report import job_logs, timing
 from retrain.report.facts import (
     REPORT_SUSPECTS,
     CheckpointEvaluation,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from retrain.pricing import spot_savings_pct
 from retrain.report.facts import RunFacts
+from retrain.report.pricing import spot_savings_pct
 
 SUMMARY_KEYS = (
     "run_id",

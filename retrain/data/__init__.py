@@ -1,0 +1,1 @@
+"""What goes into the stack: labelled images (`upload`) and the weights runs start from (`pretrained`)."""

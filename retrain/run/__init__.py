@@ -1,0 +1,1 @@
+"""Runs: starting one by hand (`start`) and following one to its end (`follow`)."""
