@@ -32,7 +32,8 @@ from retrain.embedded.faults import REDELIVERY_SECONDS, Faults
 from retrain.embedded.mlflow_app import store_uri
 from retrain.embedded.sagemaker import INTERRUPTIONS_FIELD
 from retrain.local import connect_local
-from retrain.report.collect import read_json_object
+from retrain.report.build import write_report
+from retrain.report.collect import collect, read_json_object
 from retrain.serve import predict
 from retrain_contract import container as contract
 from retrain_training import data, evaluate, models, rules
@@ -147,6 +148,7 @@ def test_an_upload_alone_runs_the_whole_flow_and_a_later_run_warm_starts_after_a
         )
         checkpoints_left = _checkpoints_once_the_end_events_are_handled(later)
         tracked = _tracked_in_mlflow(later)
+        later_report = _report_of(later, tmp_path / "later-report")
         assert later.stack.gatekeeper.denied() == []
 
     assert later.record["status"] == "SUCCEEDED", later.record.get("failure") or later.record.get("gate")
@@ -171,7 +173,9 @@ def test_an_upload_alone_runs_the_whole_flow_and_a_later_run_warm_starts_after_a
     assert sorted(champion["labels"]) == sorted(challenger["labels"])
     assert champion["labels_the_model_lacks"] == [NEW_LABEL]
     assert champion["per_class"][NEW_LABEL]["recall"] == 0.0
-    _the_champion_was_checked_on_the_new_uploads_beside_tuning(later.record, arrived, tuning, arrivals_report)
+    _the_champion_was_checked_on_the_new_uploads_beside_tuning(
+        later.record, arrived, tuning, arrivals_report, later_report
+    )
     parents = tuning["WarmStartConfig"]["ParentHyperParameterTuningJobs"]
     assert [p["HyperParameterTuningJobName"] for p in parents] == [first["tuning_job"]]
     assert later.record["tuning_job"] != first["tuning_job"]
@@ -186,13 +190,17 @@ def test_an_upload_alone_runs_the_whole_flow_and_a_later_run_warm_starts_after_a
 
 
 def _the_champion_was_checked_on_the_new_uploads_beside_tuning(
-    record: runs.RunRecord, job: dict[str, Any], tuning: dict[str, Any], report: dict[str, Any] | None
+    record: runs.RunRecord,
+    job: dict[str, Any],
+    tuning: dict[str, Any],
+    report: dict[str, Any] | None,
+    report_md: str,
 ) -> None:
     # The champion's processing job on the run's new uploads started before tuning did (the flow started
     # it and went on) and completed; the run records its figures on every new upload.
     assert job["ProcessingJobStatus"] == "Completed", job.get("FailureReason")
     assert job["CreationTime"] < tuning["CreationTime"]
-    figures = record["arrivals"]  # type: ignore[typeddict-item]
+    figures = record["arrivals"]
     assert figures["status"] == "Completed" and figures["decision"] == "train"
     assert figures["checked"] == figures["new_images"] == LATER_IMAGES + NEW_LABEL_IMAGES
     assert not figures["sampled"]
@@ -208,6 +216,17 @@ def _the_champion_was_checked_on_the_new_uploads_beside_tuning(
     assert figures["validation_images"] > 0
     assert figures["drift"] == pytest.approx(figures["validation_top1"] - figures["top1"])
     assert 0 <= figures["suspect_count"] <= figures["checked"]
+    # The run's report says it all: the figures on the new uploads, the label it lacks, the suspects.
+    section = report_md.split("## The champion on the new uploads", 1)[1].split("\n## ", 1)[0]
+    assert f"| {figures['checked']} |" in section and f"{figures['top1']:.4f}" in section, section
+    assert NEW_LABEL in section and "Suspected label errors" in section
+
+
+def _report_of(finished: Finished, out_dir: Path) -> str:
+    """The run's report.md as `retrain report` writes it, from the stack the run ran on."""
+    deployment = connect_local(str(finished.stack.endpoint_url), finished.stack.stack_name)
+    facts = collect(deployment, finished.record, out_dir=out_dir, upload_keys=None)
+    return write_report(facts, out_dir).read_text(encoding="utf-8")
 
 
 def _saved_checkpoints(state_dir: Path) -> list[str]:
