@@ -15,13 +15,13 @@ LAMBDA_PYTHON := $(shell sed -n 's/^ *Runtime: *python\([0-9.]*\).*/\1/p' templa
 export SAM_CLI_TELEMETRY := 0
 export AWS_DEFAULT_REGION ?= us-east-1
 
-.PHONY: help setup test checks lint validate package-check image-check docs docs-check pytest demo bench clean lock image
+.PHONY: help setup test checks lint validate package-check image-check docs docs-check pytest demo bench clean lock image push
 
 help:
 	@echo "make demo   - run the whole retraining flow on the embedded AWS emulation"
 	@echo "make test   - every test and gate (ruff, mypy, pytest, sam/cfn-lint, IAM check, asl-validator, packaging, docs)"
 	@echo "make docs   - serve the user guide (docs/, mkdocs.yml) at http://127.0.0.1:8000"
-	@echo "make lint | validate | image-check | docs-check | bench | image | lock | clean"
+	@echo "make lint | validate | image-check | docs-check | bench | image | push | lock | clean"
 
 setup: $(STAMP)
 
@@ -123,6 +123,20 @@ REGION ?= $(AWS_DEFAULT_REGION)
 image: setup
 	docker build -f training_image/Dockerfile $$($(BIN)/python -m retrain.dev.base_image --region $(REGION) --build-args) \
 	  -t retrain-training:latest .
+
+# The quick start's first step in one command: log in to the base image's registry, build the image, make
+# this account's ECR repository retrain-training if it is missing, push, and print the URI to deploy with.
+push: setup
+	$(BIN)/aws ecr get-login-password --region $(REGION) | docker login --username AWS --password-stdin \
+	  "$$($(BIN)/python -m retrain.dev.base_image --region $(REGION) | cut -d/ -f1)"
+	$(MAKE) --no-print-directory image REGION=$(REGION)
+	@registry=$$($(BIN)/aws sts get-caller-identity --query Account --output text).dkr.ecr.$(REGION).amazonaws.com; \
+	$(BIN)/aws ecr describe-repositories --repository-names retrain-training --region $(REGION) >/dev/null 2>&1 || \
+	  $(BIN)/aws ecr create-repository --repository-name retrain-training --region $(REGION) >/dev/null; \
+	$(BIN)/aws ecr get-login-password --region $(REGION) | docker login --username AWS --password-stdin $$registry && \
+	docker tag retrain-training:latest $$registry/retrain-training:latest && \
+	docker push $$registry/retrain-training:latest && \
+	echo "TrainingImageUri: $$registry/retrain-training:latest"
 
 # Regenerate constraints.txt from what is installed (after changing a requirement file).
 lock:
