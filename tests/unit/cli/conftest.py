@@ -14,6 +14,7 @@ import pytest
 from moto import mock_aws
 
 from controller import names
+from retrain.deployment import Deployment, connect
 from retrain.dev import tables
 
 STACK = "retrain-cli-test"
@@ -103,6 +104,13 @@ class RecordedSageMaker:
             return dict(self.responses["describe_training_job"][TrainingJobName])
         except KeyError:
             raise _not_found(TrainingJobName) from None
+
+
+def recorded_deployment(stack: FakeStack) -> Deployment:
+    """The CLI's connection to `stack`, SageMaker's answers about the recorded run in place of moto's."""
+    deployment = connect(stack.name)
+    deployment.clients["sagemaker"] = RecordedSageMaker()
+    return deployment
 
 
 def _not_found(name: str) -> Exception:

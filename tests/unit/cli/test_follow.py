@@ -7,10 +7,9 @@ from moto import mock_aws
 from rich.console import Console
 
 from controller import runs
-from retrain.deployment import connect
 from retrain.run.follow import JobRow, Snapshot, execution_history, follow, plain_line, render, snapshot
 from tests.unit.cli import recorded_run
-from tests.unit.cli.conftest import RecordedSageMaker, make_stack
+from tests.unit.cli.conftest import make_stack, recorded_deployment
 
 
 class _History:
@@ -67,8 +66,7 @@ def test_follow_of_a_finished_run_prints_one_plain_line_and_returns():
         stack = make_stack()
         run = recorded_run.record()
         runs.put_run(run, table_name=stack.output("runs_table"), client=boto3.client("dynamodb"))
-        deployment = connect(stack.name)
-        deployment.clients["sagemaker"] = RecordedSageMaker()
+        deployment = recorded_deployment(stack)
         console = Console(record=True, width=200)
         # WHEN a finished run is followed without a terminal
         ended = follow(deployment, run, console=console, live=False, timeout_seconds=5, sleep=lambda _: None)
@@ -92,8 +90,7 @@ def test_a_run_whose_execution_is_gone_still_has_a_status():
             "execution_arn": "arn:aws:states:us-east-1:123456789012:execution:m:gone",
         }
         runs.put_run(run, table_name=stack.output("runs_table"), client=boto3.client("dynamodb"))
-        deployment = connect(stack.name)
-        deployment.clients["sagemaker"] = RecordedSageMaker()
+        deployment = recorded_deployment(stack)
         # WHEN its status is read THEN it comes from the run record, with the execution said to be gone
         shot = snapshot(deployment, run)
     assert shot.status == "SUCCEEDED" and shot.execution_status == "EXPIRED"

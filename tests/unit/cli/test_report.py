@@ -7,13 +7,12 @@ import pytest
 from moto import mock_aws
 
 from controller import datasets, names, runs
-from retrain.deployment import connect
 from retrain.report.build import write_report
 from retrain.report.collect import collect
 from retrain.report.summary import SUMMARY_KEYS, summary
 from retrain_contract import container as contract
 from tests.unit.cli import recorded_run
-from tests.unit.cli.conftest import RecordedSageMaker, make_stack
+from tests.unit.cli.conftest import make_stack, recorded_deployment
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -25,8 +24,7 @@ def built(tmp_path_factory):
     with mock_aws():
         stack = make_stack()
         run = recorded_run.write(stack)
-        deployment = connect(stack.name)
-        deployment.clients["sagemaker"] = RecordedSageMaker()
+        deployment = recorded_deployment(stack)
         facts = collect(deployment, run, out_dir=out_dir)
     return facts, out_dir, write_report(facts, out_dir / "report")
 
@@ -179,8 +177,7 @@ def test_rule_results_and_evaluation_are_read_from_the_runs_prefix_when_the_reco
             Key=names.rules_prefix("digits", "r1") + contract.RULE_RESULTS_FILE,
             Body=json.dumps(rules),
         )
-        deployment = connect(stack.name)
-        deployment.clients["sagemaker"] = RecordedSageMaker()
+        deployment = recorded_deployment(stack)
         # WHEN its facts are collected
         facts = collect(deployment, run)
     # THEN the rule check's and the evaluation's own files under the run's prefix are used
@@ -229,8 +226,7 @@ def test_a_runs_report_counts_its_own_uploads_whenever_it_is_written(tmp_path):
     with mock_aws():
         stack = make_stack()
         run = recorded_run.write(stack)
-        deployment = connect(stack.name)
-        deployment.clients["sagemaker"] = RecordedSageMaker()
+        deployment = recorded_deployment(stack)
         first = collect(deployment, run, out_dir=tmp_path / "a")
         before = summary(first)
         # WHEN two more waves arrive after its cut (accepted photos and refused copies), and the refused
@@ -264,8 +260,7 @@ def test_a_run_that_froze_no_manifest_took_nothing_in(tmp_path):
     with mock_aws():
         stack = make_stack()
         run = recorded_run.write(stack, recorded_run.record(status="FAILED", cut=""))
-        deployment = connect(stack.name)
-        deployment.clients["sagemaker"] = RecordedSageMaker()
+        deployment = recorded_deployment(stack)
         facts = collect(deployment, run, out_dir=tmp_path)
         text = write_report(facts, tmp_path / "report").read_text()
     assert (facts.accepted, facts.rejected) == (0, [])

@@ -26,7 +26,7 @@ from retrain.report.facts import REPORT_SUSPECTS
 from retrain.report.summary import summary
 from retrain_contract import container as contract
 from tests.unit.cli import recorded_run
-from tests.unit.cli.conftest import RecordedSageMaker, make_stack
+from tests.unit.cli.conftest import make_stack, recorded_deployment
 
 DATASET, RUN_ID = recorded_run.DATASET, recorded_run.RUN_ID
 ARRIVALS_PREFIX = names.evaluation_prefix(DATASET, RUN_ID, "arrivals")
@@ -123,8 +123,7 @@ def built(tmp_path_factory):
     with mock_aws():
         stack = make_stack()
         run = _write_arrivals(stack)
-        deployment = connect(stack.name)
-        deployment.clients["sagemaker"] = RecordedSageMaker()
+        deployment = recorded_deployment(stack)
         facts = collect(deployment, run, out_dir=out_dir)
     path = write_report(facts, out_dir / "report")
     return facts, path.read_text(), path.parent
@@ -216,8 +215,7 @@ def test_a_run_without_the_check_has_no_section_and_no_arrivals_in_its_summary(t
     with mock_aws():
         stack = make_stack()
         run = recorded_run.write(stack)
-        deployment = connect(stack.name)
-        deployment.clients["sagemaker"] = RecordedSageMaker()
+        deployment = recorded_deployment(stack)
         facts = collect(deployment, run, out_dir=tmp_path)
     # THEN its report has no such section, and its summary says None
     assert "The champion on the new uploads" not in write_report(facts, tmp_path / "report").read_text()

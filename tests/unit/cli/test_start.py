@@ -36,16 +36,22 @@ def test_no_overrides_sends_only_the_dataset():
     assert start_input("flowers", Overrides()) == {"dataset": "flowers", "trigger": "manual"}
 
 
+def _failing_execution(machine: str, name: str, *, error: str, cause: str) -> str:
+    """Start execution `name` of a new state machine `machine` whose first state fails with `error` and
+    `cause`; its ARN."""
+    sfn = boto3.client("stepfunctions")
+    role = boto3.client("iam").get_role(RoleName="retrain-sfn")["Role"]["Arn"]
+    fail = {"Type": "Fail", "Error": error, "Cause": cause}
+    definition = json.dumps({"StartAt": "Prepare", "States": {"Prepare": fail}})
+    created = sfn.create_state_machine(name=machine, definition=definition, roleArn=role)
+    return str(sfn.start_execution(stateMachineArn=created["stateMachineArn"], name=name)["executionArn"])
+
+
 def test_an_execution_that_fails_before_recording_a_run_fails_with_its_cause():
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
         stack = make_stack()
         # GIVEN an execution that failed in its first state (e.g. the data set's lock was held)
-        sfn = boto3.client("stepfunctions")
-        role = boto3.client("iam").get_role(RoleName="retrain-sfn")["Role"]["Arn"]
-        fail = {"Type": "Fail", "Error": "DatasetBusy", "Cause": "run r1 is active"}
-        definition = json.dumps({"StartAt": "Prepare", "States": {"Prepare": fail}})
-        machine = sfn.create_state_machine(name="failing", definition=definition, roleArn=role)
-        arn = sfn.start_execution(stateMachineArn=machine["stateMachineArn"], name="manual-x")["executionArn"]
+        arn = _failing_execution("failing", "manual-x", error="DatasetBusy", cause="run r1 is active")
         # WHEN the CLI waits for its run
         with pytest.raises(RunFailedError) as raised:
             deployment = connect(stack.name)
@@ -60,16 +66,10 @@ def test_a_run_whose_execution_failed_without_updating_its_record_reports_failed
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
         stack = make_stack()
         # GIVEN a run record still STARTING whose execution already failed (its failure handler failed too)
-        sfn = boto3.client("stepfunctions")
-        role = boto3.client("iam").get_role(RoleName="retrain-sfn")["Role"]["Arn"]
-        fail = {"Type": "Fail", "Error": "PrepareFailed", "Cause": "no such path $.run"}
-        definition = json.dumps({"StartAt": "Prepare", "States": {"Prepare": fail}})
-        machine = sfn.create_state_machine(name="broken", definition=definition, roleArn=role)
-        arn = sfn.start_execution(stateMachineArn=machine["stateMachineArn"], name="digits-00001")[
-            "executionArn"
-        ]
+        arn = _failing_execution("broken", "digits-00001", error="PrepareFailed", cause="no such path $.run")
         record = {"dataset": "digits", "run_id": "digits-00001", "status": "STARTING", "execution_arn": arn}
         runs.put_run(record, table_name=stack.output("runs_table"), client=boto3.client("dynamodb"))
+        sfn = boto3.client("stepfunctions")
         for _ in range(100):
             if sfn.describe_execution(executionArn=arn)["status"] != "RUNNING":
                 break

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -66,15 +67,20 @@ class _Recorder:
         return {}
 
 
-def test_rule_fault_sets_the_loader_delay_on_every_tuning_trial() -> None:
+def _trial_hyperparameters(fault: str) -> Any:
+    """The static hyperparameters of a tuning job with `epochs` 1, created through a proxy planting `fault`,
+    as the service receives them."""
     service = _Recorder()
-    proxy = FaultingSageMaker(service, Faults.parse(["rule-finds-issues"]))
-
+    proxy = FaultingSageMaker(service, Faults.parse([fault]))
     proxy.create_hyper_parameter_tuning_job(
         HyperParameterTuningJobName="t", TrainingJobDefinition={"StaticHyperParameters": {"epochs": "1"}}
     )
+    return service.requests[0]["TrainingJobDefinition"]["StaticHyperParameters"]  # type: ignore[index]
 
-    static = service.requests[0]["TrainingJobDefinition"]["StaticHyperParameters"]  # type: ignore[index]
+
+def test_rule_fault_sets_the_loader_delay_on_every_tuning_trial() -> None:
+    static = _trial_hyperparameters("rule-finds-issues")
+
     assert static[LOADER_DELAY_HYPERPARAMETER] == str(RULE_FINDS_ISSUES_DELAY_MS)
     assert static[WORKERS_HYPERPARAMETER] == "0"
     assert static["epochs"] == "1"
@@ -82,13 +88,8 @@ def test_rule_fault_sets_the_loader_delay_on_every_tuning_trial() -> None:
 
 def test_a_planted_vanishing_gradient_sets_the_containers_fault_knob_and_nothing_else() -> None:
     # GIVEN the training fault alone WHEN a tuning job is created through the faulting proxy
-    service = _Recorder()
-    proxy = FaultingSageMaker(service, Faults.parse(["vanishing-gradient"]))
-    proxy.create_hyper_parameter_tuning_job(
-        HyperParameterTuningJobName="t", TrainingJobDefinition={"StaticHyperParameters": {"epochs": "1"}}
-    )
+    static = _trial_hyperparameters("vanishing-gradient")
     # THEN every trial plants the fault, with its loader left as the stack set it
-    static = service.requests[0]["TrainingJobDefinition"]["StaticHyperParameters"]  # type: ignore[index]
     assert static == {"epochs": "1", "inject-fault": "vanishing-gradient"}
     # AND a value the container does not know is refused when parsed
     with pytest.raises(FaultSpecError, match="unknown fault 'vanishing-gradient:2'"):

@@ -20,8 +20,7 @@ from moto import mock_aws
 
 from retrain.embedded.stepfunctions.errors import SAGEMAKER_API_ERROR, TASK_FAILED, TaskFailed
 from retrain.embedded.stepfunctions.integrations import installed
-
-ROLE = "arn:aws:iam::123456789012:role/sfn"
+from tests.unit.embedded.executions import run_execution
 
 
 def _client_error(code: str, message: str) -> ClientError:
@@ -96,20 +95,6 @@ def sfn() -> Iterator[Any]:
         yield boto3.client("stepfunctions", region_name="us-east-1")
 
 
-def _run(sfn: Any, definition: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
-    arn = sfn.create_state_machine(
-        name=f"m{time.monotonic_ns()}", definition=json.dumps(definition), roleArn=ROLE
-    )["stateMachineArn"]
-    execution = sfn.start_execution(stateMachineArn=arn, input=json.dumps(payload))["executionArn"]
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        described: dict[str, Any] = sfn.describe_execution(executionArn=execution)
-        if described["status"] != "RUNNING":
-            return described
-        time.sleep(0.1)
-    raise AssertionError("execution did not finish in 30 s")
-
-
 def _task(resource: str, parameters: dict[str, Any], **extra: Any) -> dict[str, Any]:
     return {
         "StartAt": "Task",
@@ -171,7 +156,7 @@ def test_a_failed_sync_job_in_a_parallel_branch_is_caught_as_states_task_failed(
         },
     }
     with installed(sagemaker=ScriptedSageMaker(final="Failed", polls=0)):
-        result = _run(sfn, definition, {})
+        result = run_execution(sfn, definition, {})
 
     assert result["status"] == "SUCCEEDED"
     assert json.loads(result["output"])["error"]["Error"] == TASK_FAILED
@@ -190,7 +175,7 @@ def test_patches_are_removed_on_exit() -> None:
 def test_sync_training_job_waits_and_outputs_the_description(sfn: Any) -> None:
     service = ScriptedSageMaker(polls=2)
     with installed(sagemaker=service):
-        result = _run(
+        result = run_execution(
             sfn,
             _task(TRAIN_SYNC, {"TrainingJobName.$": "$.name", "HyperParameters": {"lr": "0.1"}}),
             {"name": "j1"},
@@ -206,7 +191,7 @@ def test_sync_training_job_waits_and_outputs_the_description(sfn: Any) -> None:
 
 def test_failed_training_job_fails_the_state_with_states_task_failed(sfn: Any) -> None:
     with installed(sagemaker=ScriptedSageMaker(final="Failed", polls=0)):
-        result = _run(sfn, _task(TRAIN_SYNC, {"TrainingJobName": "bad"}), {})
+        result = run_execution(sfn, _task(TRAIN_SYNC, {"TrainingJobName": "bad"}), {})
 
     assert result["status"] == "FAILED"
     assert result["error"] == TASK_FAILED
@@ -219,7 +204,7 @@ def test_throttled_create_is_retried_under_the_sagemaker_error_name(sfn: Any) ->
     )
     retry = [{"ErrorEquals": [SAGEMAKER_API_ERROR], "IntervalSeconds": 1, "MaxAttempts": 2}]
     with installed(sagemaker=service):
-        result = _run(sfn, _task(TRAIN_SYNC, {"TrainingJobName": "t"}, Retry=retry), {})
+        result = run_execution(sfn, _task(TRAIN_SYNC, {"TrainingJobName": "t"}, Retry=retry), {})
 
     assert result["status"] == "SUCCEEDED"
     assert len(service.requests) == 1
@@ -230,7 +215,7 @@ def test_a_modelled_error_fails_the_task_with_its_own_name(sfn: Any) -> None:
     service = ScriptedSageMaker(create_errors=[_client_error("ResourceLimitExceeded", "too many jobs")])
     catch = [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "Caught"}]
     with installed(sagemaker=service):
-        result = _run(sfn, _task(TRAIN_SYNC, {"TrainingJobName": "t"}, Catch=catch), {})
+        result = run_execution(sfn, _task(TRAIN_SYNC, {"TrainingJobName": "t"}, Catch=catch), {})
     # THEN the Task fails with the SDK's exception name (what a Retry matches), the code in the cause
     assert result["status"] == "SUCCEEDED"
     error = json.loads(result["output"])["error"]
@@ -243,7 +228,7 @@ def test_an_unmodelled_error_is_the_catch_all_name_with_its_code_in_the_cause(sf
     service = ScriptedSageMaker(create_errors=[_client_error(code, "no")])
     catch = [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "Caught"}]
     with installed(sagemaker=service):
-        result = _run(sfn, _task(TRAIN_SYNC, {"TrainingJobName": "t"}, Catch=catch), {})
+        result = run_execution(sfn, _task(TRAIN_SYNC, {"TrainingJobName": "t"}, Catch=catch), {})
     error = json.loads(result["output"])["error"]
     assert error["Error"] == SAGEMAKER_API_ERROR and f"Error Code: {code};" in error["Cause"]
 
@@ -257,7 +242,9 @@ def test_aws_sdk_fsx_calls_reach_the_fsx_service(sfn: Any) -> None:
         "Report": {"Enabled": False},
     }
     with installed(fsx=fsx):
-        result = _run(sfn, _task("arn:aws:states:::aws-sdk:fsx:createDataRepositoryTask", params), {})
+        result = run_execution(
+            sfn, _task("arn:aws:states:::aws-sdk:fsx:createDataRepositoryTask", params), {}
+        )
 
     assert result["status"] == "SUCCEEDED"
     assert json.loads(result["output"])["DataRepositoryTask"]["TaskId"] == "task-0123"
@@ -267,7 +254,7 @@ def test_aws_sdk_fsx_calls_reach_the_fsx_service(sfn: Any) -> None:
 def test_aws_sdk_fsx_error_uses_the_step_functions_sdk_error_name(sfn: Any) -> None:
     fsx = ScriptedFsx(_client_error("DataRepositoryTaskExecuting", "a task is running"))
     with installed(fsx=fsx):
-        result = _run(
+        result = run_execution(
             sfn, _task("arn:aws:states:::aws-sdk:fsx:createDataRepositoryTask", {"FileSystemId": "fs-1"}), {}
         )
 
@@ -301,7 +288,7 @@ def test_lambda_invoke_task_runs_the_installed_invoker(sfn: Any, function: str) 
 
     definition = _task("arn:aws:states:::lambda:invoke", {"FunctionName": function, "Payload.$": "$"})
     with installed(lambda_invoker=invoker):
-        result = _run(sfn, definition, {"n": 21})
+        result = run_execution(sfn, definition, {"n": 21})
 
     assert result["status"] == "SUCCEEDED"
     assert json.loads(result["output"])["Payload"] == {"doubled": 42}
@@ -314,7 +301,7 @@ def test_lambda_handler_error_fails_the_state_with_its_error_type(sfn: Any, func
 
     definition = _task("arn:aws:states:::lambda:invoke", {"FunctionName": function, "Payload": {}})
     with installed(lambda_invoker=invoker):
-        result = _run(sfn, definition, {})
+        result = run_execution(sfn, definition, {})
 
     assert result["status"] == "FAILED"
     assert result["error"] == "LockHeld"

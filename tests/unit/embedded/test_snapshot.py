@@ -20,7 +20,9 @@ def clients() -> dict[str, Any]:
     return {f"{name}_client": boto3.client(name) for name in ("s3", "dynamodb", "logs")}
 
 
-def create_resources(c: dict[str, Any]) -> None:
+def fresh_resources() -> dict[str, Any]:
+    """The clients, with the stack's bucket (versioned) and table made anew."""
+    c = clients()
     c["s3_client"].create_bucket(Bucket=BUCKET)
     c["s3_client"].put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
     c["dynamodb_client"].create_table(
@@ -29,6 +31,7 @@ def create_resources(c: dict[str, Any]) -> None:
         AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
         BillingMode="PAY_PER_REQUEST",
     )
+    return c
 
 
 def versions(s3: Any) -> dict[str, list[str]]:
@@ -49,8 +52,7 @@ def test_a_restored_stack_has_every_version_item_and_log_event_it_saved(tmp_path
     saved = tmp_path / "snapshot"
     with mock_aws():
         # GIVEN a stack's data: keys with several versions (one deleted), a binary item, a job's log
-        c = clients()
-        create_resources(c)
+        c = fresh_resources()
         s3 = c["s3_client"]
         for number in range(12):  # more keys than the transfer threads
             s3.put_object(
@@ -81,8 +83,7 @@ def test_a_restored_stack_has_every_version_item_and_log_event_it_saved(tmp_path
         snapshot.save(saved, buckets=[BUCKET], tables=[TABLE], **c)
     with mock_aws():
         # AND put back into a new process's fresh resources
-        c = clients()
-        create_resources(c)
+        c = fresh_resources()
         assert snapshot.restore(saved, **c)
         # THEN every key has the same versions in the same order, deletions included
         assert versions(c["s3_client"]) == before
@@ -108,8 +109,7 @@ def test_a_pruned_snapshot_keeps_current_objects_outside_the_dropped_prefixes(tm
     saved = tmp_path / "snapshot"
     with mock_aws():
         # GIVEN overwritten and deleted keys, and checkpoints of two runs
-        c = clients()
-        create_resources(c)
+        c = fresh_resources()
         s3 = c["s3_client"]
         for body in ("first", "second"):
             s3.put_object(Bucket=BUCKET, Key="runs/record.json", Body=body.encode())
@@ -121,8 +121,7 @@ def test_a_pruned_snapshot_keeps_current_objects_outside_the_dropped_prefixes(tm
         pruning = snapshot.Pruning(current_only=True, dropped={BUCKET: ["checkpoints/run-1/"]})
         snapshot.save(saved, buckets=[BUCKET], tables=[TABLE], pruning=pruning, **c)
     with mock_aws():
-        c = clients()
-        create_resources(c)
+        c = fresh_resources()
         assert snapshot.restore(saved, **c)
         # THEN each kept key has its current content only; the deleted key and the dropped prefix are gone
         assert versions(c["s3_client"]) == {

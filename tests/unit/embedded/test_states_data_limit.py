@@ -6,7 +6,6 @@ from __future__ import annotations
 import inspect
 import io
 import json
-import time
 import zipfile
 from collections.abc import Iterator
 from typing import Any
@@ -19,8 +18,8 @@ from retrain.embedded.gatekeeper import contracts
 from retrain.embedded.limits import STATES_PAYLOAD_BYTES, json_bytes
 from retrain.embedded.stepfunctions.data_limit import DATA_LIMIT_EXCEEDED, size_quota_owners
 from retrain.embedded.stepfunctions.integrations import installed
+from tests.unit.embedded.executions import run_execution
 
-ROLE = "arn:aws:iam::123456789012:role/sfn"
 INVOKE = "arn:aws:states:::lambda:invoke"
 CATCH_ALL = [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "Caught"}]
 
@@ -41,20 +40,6 @@ def sfn() -> Iterator[Any]:
             Code={"ZipFile": archive.getvalue()},
         )
         yield boto3.client("stepfunctions", region_name="us-east-1")
-
-
-def _run(sfn: Any, definition: dict[str, Any], payload: Any) -> dict[str, Any]:
-    arn = sfn.create_state_machine(
-        name=f"m{time.monotonic_ns()}", definition=json.dumps(definition), roleArn=ROLE
-    )["stateMachineArn"]
-    execution = sfn.start_execution(stateMachineArn=arn, input=json.dumps(payload))["executionArn"]
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        described: dict[str, Any] = sfn.describe_execution(executionArn=execution)
-        if described["status"] != "RUNNING":
-            return described
-        time.sleep(0.1)
-    raise AssertionError("execution did not finish in 30 s")
 
 
 def _invoke_task(parameters: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -97,7 +82,7 @@ def test_a_task_result_over_the_limit_is_not_caught_by_states_all(sfn: Any) -> N
     # GIVEN a Lambda whose result is over 256 KiB, in a Task that catches States.ALL
     definition = _invoke_task({"FunctionName": "fn", "Payload": {}}, Catch=CATCH_ALL)
     with installed(lambda_invoker=_returning(STATES_PAYLOAD_BYTES)):
-        result = _run(sfn, definition, {})
+        result = run_execution(sfn, definition, {})
     # THEN the execution fails with States.DataLimitExceeded: a terminal error States.ALL does not match
     assert result["status"] == "FAILED"
     assert result["error"] == DATA_LIMIT_EXCEEDED
@@ -108,7 +93,7 @@ def test_an_explicit_catch_of_data_limit_exceeded_catches_it(sfn: Any) -> None:
     catch = [{"ErrorEquals": [DATA_LIMIT_EXCEEDED], "ResultPath": "$.error", "Next": "Caught"}]
     definition = _invoke_task({"FunctionName": "fn", "Payload": {}}, Catch=catch)
     with installed(lambda_invoker=_returning(STATES_PAYLOAD_BYTES)):
-        result = _run(sfn, definition, {})
+        result = run_execution(sfn, definition, {})
 
     assert result["status"] == "SUCCEEDED"
     assert json.loads(result["output"])["error"]["Error"] == DATA_LIMIT_EXCEEDED
@@ -123,7 +108,7 @@ def test_a_retry_on_states_all_does_not_retry_data_limit_exceeded(sfn: Any) -> N
 
     retry = [{"ErrorEquals": ["States.ALL"], "IntervalSeconds": 1, "MaxAttempts": 2}]
     with installed(lambda_invoker=invoker):
-        result = _run(sfn, _invoke_task({"FunctionName": "fn", "Payload": {}}, Retry=retry), {})
+        result = run_execution(sfn, _invoke_task({"FunctionName": "fn", "Payload": {}}, Retry=retry), {})
 
     assert result["error"] == DATA_LIMIT_EXCEEDED
     assert calls == ["fn"]
@@ -132,11 +117,11 @@ def test_a_retry_on_states_all_does_not_retry_data_limit_exceeded(sfn: Any) -> N
 def test_a_task_result_at_the_limit_passes(sfn: Any) -> None:
     # GIVEN a result whose whole lambda:invoke output is exactly 256 KiB of compact JSON
     with installed(lambda_invoker=_returning(0)):
-        probe = _run(sfn, _invoke_task({"FunctionName": "fn", "Payload": {}}), {})
+        probe = run_execution(sfn, _invoke_task({"FunctionName": "fn", "Payload": {}}), {})
     empty_output = json_bytes(json.loads(probe["output"]))
 
     with installed(lambda_invoker=_returning(STATES_PAYLOAD_BYTES - empty_output)):
-        result = _run(sfn, _invoke_task({"FunctionName": "fn", "Payload": {}}), {})
+        result = run_execution(sfn, _invoke_task({"FunctionName": "fn", "Payload": {}}), {})
 
     assert result["status"] == "SUCCEEDED"
     assert json_bytes(json.loads(result["output"])) == STATES_PAYLOAD_BYTES
@@ -150,7 +135,7 @@ def test_a_state_output_over_the_limit_fails_the_execution(sfn: Any) -> None:
         "States": {"Grow": {"Type": "Pass", "Parameters": {"a.$": "$.s", "b.$": "$.s"}, "End": True}},
     }
     with installed():
-        result = _run(sfn, definition, {"s": big})
+        result = run_execution(sfn, definition, {"s": big})
 
     assert result["status"] == "FAILED"
     assert result["error"] == DATA_LIMIT_EXCEEDED
@@ -166,7 +151,7 @@ def test_a_task_input_over_the_limit_after_parameters_fails_before_the_call(sfn:
         Catch=CATCH_ALL,
     )
     with installed(lambda_invoker=lambda name, payload: calls.append(payload)):
-        result = _run(sfn, definition, {"s": half})
+        result = run_execution(sfn, definition, {"s": half})
     # THEN the state fails with States.DataLimitExceeded, uncaught, and the function never runs
     assert result["status"] == "FAILED"
     assert result["error"] == DATA_LIMIT_EXCEEDED
@@ -180,7 +165,7 @@ def test_states_all_still_catches_an_ordinary_task_failure(sfn: Any) -> None:
 
     definition = _invoke_task({"FunctionName": "fn", "Payload": {}}, Catch=CATCH_ALL)
     with installed(lambda_invoker=invoker):
-        result = _run(sfn, definition, {})
+        result = run_execution(sfn, definition, {})
 
     assert result["status"] == "SUCCEEDED"
     assert json.loads(result["output"])["error"]["Error"] == "ValueError"

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent
 from moto import mock_aws
 
 from retrain.dev import tables
@@ -205,6 +206,24 @@ def freeze_run(aws: Aws, config: Any, state: dict[str, Any], work_dir: Any) -> d
 
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
+
+
+def training_job_ended(job: str, status: str = "Completed", *, dataset: str, run_id: str) -> EventBridgeEvent:
+    """A training job `job` of `dataset`'s run `run_id` that reached `status`, as SageMaker sends its state
+    change (the job's tags name its run)."""
+    from controller import names
+
+    return EventBridgeEvent(
+        {
+            "source": "aws.sagemaker",
+            "detail-type": "SageMaker Training Job State Change",
+            "detail": {
+                "TrainingJobName": job,
+                "TrainingJobStatus": status,
+                "Tags": {names.TAG_DATASET: dataset, names.TAG_RUN_ID: run_id},
+            },
+        }
+    )
 
 
 def processing_job_ended(

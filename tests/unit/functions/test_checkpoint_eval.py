@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import pytest
@@ -11,9 +12,10 @@ from botocore.exceptions import ClientError, ReadTimeoutError
 
 from controller import checkpoint_eval, names, runs
 from retrain_contract import container
-from tests.unit.functions.support import processing_job_ended
+from tests.unit.functions.support import processing_job_ended, training_job_ended
 
 DATASET, RUN = "flowers", "flowers-00001"
+_job_ended = functools.partial(training_job_ended, dataset=DATASET, run_id=RUN)
 
 
 def _running_run(aws: Any) -> None:
@@ -332,20 +334,6 @@ class _Trials:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sagemaker, name)
-
-
-def _job_ended(job: str, status: str = "Completed") -> EventBridgeEvent:
-    return EventBridgeEvent(
-        {
-            "detail-type": "SageMaker Training Job State Change",
-            "source": "aws.sagemaker",
-            "detail": {
-                "TrainingJobName": job,
-                "TrainingJobStatus": status,
-                "Tags": {names.TAG_DATASET: DATASET, names.TAG_RUN_ID: RUN},
-            },
-        }
-    )
 
 
 def _tuning_ended(status: str = "Completed") -> EventBridgeEvent:

@@ -292,6 +292,17 @@ def test_the_import_report_step_quotes_the_failed_files(aws):
         import_report.read_report({"task": task}, s3=aws.s3)
 
 
+def _running(aws, run_id: str, *, holding_the_lock: bool = False) -> None:
+    """A RUNNING record of flowers' run `run_id`, which holds the data set's lock when `holding_the_lock`."""
+    if holding_the_lock:
+        datasets.acquire("flowers", run_id, "t", table_name=aws.datasets_table, client=aws.dynamodb)
+    runs.put_run(
+        {"dataset": "flowers", "run_id": run_id, "status": "RUNNING"},
+        table_name=aws.runs_table,
+        client=aws.dynamodb,
+    )
+
+
 def _checkpoint_event(aws, key):
     return EventBridgeEvent(
         {
@@ -304,11 +315,7 @@ def _checkpoint_event(aws, key):
 
 def test_every_nth_checkpoint_of_a_running_job_starts_an_evaluation(aws, config):
     # GIVEN a running run and checkpoint evaluation every 2nd checkpoint
-    runs.put_run(
-        {"dataset": "flowers", "run_id": "flowers-00001", "status": "RUNNING"},
-        table_name=aws.runs_table,
-        client=aws.dynamodb,
-    )
+    _running(aws, "flowers-00001")
     cfg = type(config)(
         **{
             **config.__dict__,
@@ -340,11 +347,7 @@ def test_every_nth_checkpoint_of_a_running_job_starts_an_evaluation(aws, config)
 
 def test_finished_checkpoint_evaluations_of_two_trials_at_one_step_add_each_trials_own_point(aws, config):
     # GIVEN a run whose two trials both checkpointed at step 100, each evaluated to its own accuracy
-    runs.put_run(
-        {"dataset": "flowers", "run_id": "flowers-00001", "status": "RUNNING"},
-        table_name=aws.runs_table,
-        client=aws.dynamodb,
-    )
+    _running(aws, "flowers-00001")
     scores = {"job-1": 0.75, "job-2": 0.25}
     for trial, top1 in scores.items():
         request = checkpoint_eval.processing_request(
@@ -421,12 +424,7 @@ def test_a_stopped_execution_fails_its_run_and_frees_the_lock(aws, config):
     # GIVEN a running run holding its data set's lock
     from controller import execution_events
 
-    datasets.acquire("flowers", "flowers-00001", "t", table_name=aws.datasets_table, client=aws.dynamodb)
-    runs.put_run(
-        {"dataset": "flowers", "run_id": "flowers-00001", "status": "RUNNING"},
-        table_name=aws.runs_table,
-        client=aws.dynamodb,
-    )
+    _running(aws, "flowers-00001", holding_the_lock=True)
     # WHEN someone stops its execution
     result = execution_events.on_execution_end(
         _status_change("ABORTED", "flowers-00001", "flowers"), config=config, dynamodb=aws.dynamodb
@@ -559,11 +557,7 @@ def test_a_refused_api_request_is_explained_with_the_apis_message_and_what_to_do
 
 def test_the_recorded_failure_is_the_executions_error_and_cause(aws, config):
     # GIVEN a running run whose final training job failed
-    runs.put_run(
-        {"dataset": "flowers", "run_id": "flowers-00001", "status": "RUNNING"},
-        table_name=aws.runs_table,
-        client=aws.dynamodb,
-    )
+    _running(aws, "flowers-00001")
     state = {
         "run": {"dataset": "flowers", "run_id": "flowers-00001"},
         "error": {
@@ -611,12 +605,7 @@ def test_an_execution_that_failed_before_recording_why_is_closed_and_announced(a
     from controller import execution_events
 
     url = _subscribe(aws)
-    datasets.acquire("flowers", "flowers-00001", "t", table_name=aws.datasets_table, client=aws.dynamodb)
-    runs.put_run(
-        {"dataset": "flowers", "run_id": "flowers-00001", "status": "RUNNING"},
-        table_name=aws.runs_table,
-        client=aws.dynamodb,
-    )
+    _running(aws, "flowers-00001", holding_the_lock=True)
     event = _status_change("FAILED", "flowers-00001", "flowers")
     event["detail"].update(error="RunFailed", cause="ImportFailedError: 3 files failed")
     # WHEN the execution-ended rule delivers its status change
@@ -658,12 +647,7 @@ def test_a_timed_out_run_delivered_twice_is_closed_and_announced_once(aws, confi
     from controller import execution_events
 
     url = _subscribe(aws)
-    datasets.acquire("flowers", "flowers-00003", "t", table_name=aws.datasets_table, client=aws.dynamodb)
-    runs.put_run(
-        {"dataset": "flowers", "run_id": "flowers-00003", "status": "RUNNING"},
-        table_name=aws.runs_table,
-        client=aws.dynamodb,
-    )
+    _running(aws, "flowers-00003", holding_the_lock=True)
     # WHEN its end event comes twice (EventBridge delivers at least once)
     event = _status_change("TIMED_OUT", "flowers-00003", "flowers")
     results = [
@@ -682,12 +666,7 @@ def test_two_copies_of_an_executions_end_that_read_the_run_active_announce_it_on
     from controller import execution_events
 
     url = _subscribe(aws)
-    datasets.acquire("flowers", "flowers-00003", "t", table_name=aws.datasets_table, client=aws.dynamodb)
-    runs.put_run(
-        {"dataset": "flowers", "run_id": "flowers-00003", "status": "RUNNING"},
-        table_name=aws.runs_table,
-        client=aws.dynamodb,
-    )
+    _running(aws, "flowers-00003", holding_the_lock=True)
     event = _status_change("TIMED_OUT", "flowers-00003", "flowers")
     first_at, second_at = datetime(2026, 1, 1, 10, 0, tzinfo=UTC), datetime(2026, 1, 1, 10, 0, 1, tzinfo=UTC)
     first: list[dict] = []
@@ -921,12 +900,7 @@ def test_the_execution_ended_handler_takes_the_rules_event_as_lambda_delivers_it
     }
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    datasets.acquire("flowers", "flowers-00001", "t", table_name=aws.datasets_table, client=aws.dynamodb)
-    runs.put_run(
-        {"dataset": "flowers", "run_id": "flowers-00001", "status": "RUNNING"},
-        table_name=aws.runs_table,
-        client=aws.dynamodb,
-    )
+    _running(aws, "flowers-00001", holding_the_lock=True)
 
     class Context:
         function_name = "ExecutionEndedFunction"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 from collections import Counter
 from datetime import UTC, datetime
@@ -15,8 +16,10 @@ from mlflow import MlflowClient
 
 from controller import names, runs, tracking
 from retrain_contract import container
+from tests.unit.functions.support import training_job_ended
 
 DATASET, RUN = "flowers", "run-0001"
+_job_ended = functools.partial(training_job_ended, dataset=DATASET, run_id=RUN)
 PACKAGE = "arn:aws:sagemaker:us-east-1:123456789012:model-package/retrain-flowers/1"
 STARTED = datetime(2026, 11, 26, 10, 0, tzinfo=UTC)
 
@@ -78,20 +81,6 @@ def _log_job(logs: Any, job: str, accuracies: list[float]) -> None:
         logGroupName=group,
         logStreamName=stream,
         logEvents=[{"timestamp": at + i, "message": line} for i, line in enumerate(lines)],
-    )
-
-
-def _job_ended(job: str, status: str = "Completed") -> EventBridgeEvent:
-    return EventBridgeEvent(
-        {
-            "source": "aws.sagemaker",
-            "detail-type": "SageMaker Training Job State Change",
-            "detail": {
-                "TrainingJobName": job,
-                "TrainingJobStatus": status,
-                "Tags": {names.TAG_DATASET: DATASET, names.TAG_RUN_ID: RUN},
-            },
-        }
     )
 
 
@@ -258,6 +247,13 @@ def _children_of_the_trial(mlflow_client: MlflowClient) -> list[Any]:
     )
 
 
+def _assert_the_trials_one_child_is(mlflow_client: MlflowClient, run_id: str) -> None:
+    """tune-001 has one child, `run_id`, logged and ended."""
+    found = _children_of_the_trial(mlflow_client)
+    assert [r.info.run_id for r in found] == [run_id]
+    assert found[0].info.status == "FINISHED"
+
+
 def test_two_deliveries_of_a_jobs_end_at_once_leave_one_child(aws, config, mlflow_client, monkeypatch):
     # GIVEN a trial's end event delivered twice (EventBridge delivers at least once), the second copy
     # handled entirely while the first is between looking for the job's child and making one
@@ -278,9 +274,7 @@ def test_two_deliveries_of_a_jobs_end_at_once_leave_one_child(aws, config, mlflo
     # THEN both name the same child, the only one the job has, logged and ended
     assert first["action"] == copies[0]["action"] == "tracked"
     assert first["mlflow_run_id"] == copies[0]["mlflow_run_id"]
-    found = _children_of_the_trial(mlflow_client)
-    assert [r.info.run_id for r in found] == [first["mlflow_run_id"]]
-    assert found[0].info.status == "FINISHED"
+    _assert_the_trials_one_child_is(mlflow_client, first["mlflow_run_id"])
 
 
 def test_a_copy_that_records_the_child_another_made_keeps_it(aws, config, mlflow_client, monkeypatch):
@@ -305,9 +299,7 @@ def test_a_copy_that_records_the_child_another_made_keeps_it(aws, config, mlflow
     # and ended
     assert first["action"] == copies[0]["action"] == "tracked"
     assert len(made) == 1 and first["mlflow_run_id"] == copies[0]["mlflow_run_id"] == made[0]
-    found = _children_of_the_trial(mlflow_client)
-    assert [r.info.run_id for r in found] == [first["mlflow_run_id"]]
-    assert found[0].info.status == "FINISHED"
+    _assert_the_trials_one_child_is(mlflow_client, first["mlflow_run_id"])
 
 
 def test_a_create_run_sent_twice_by_the_client_leaves_one_child(aws, config, mlflow_client, monkeypatch):

@@ -129,13 +129,19 @@ def test_the_champion_predicts_each_image_by_its_colour(champion: dict[str, Path
     ]
 
 
-def test_the_champion_is_scored_on_the_new_uploads_and_on_its_validation_images_apart(
-    champion: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # WHEN the champion is evaluated on the arrivals
+@pytest.fixture
+def evaluated(champion: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The output folder of the champion's evaluation on the arrivals (which succeeded)."""
     out = tmp_path / "out"
     assert _run(champion, out, monkeypatch) == 0
-    result = json.loads((out / contract.ARRIVALS_FILE).read_text())
+    return out
+
+
+def test_the_champion_is_scored_on_the_new_uploads_and_on_its_validation_images_apart(
+    evaluated: Path,
+) -> None:
+    # WHEN the champion is evaluated on the arrivals (`evaluated`)
+    result = json.loads((evaluated / contract.ARRIVALS_FILE).read_text())
     # THEN by hand from its predictions (the colours): of the 28 new images, 20 are right; the 4 foxes (a
     # label it lacks), the 3 red dogs and the blue cat are wrong. Of the 31 validation images, the green
     # eel is wrong
@@ -156,22 +162,18 @@ def test_the_champion_is_scored_on_the_new_uploads_and_on_its_validation_images_
         "dog": {"images": 13, "suspects": 3, "rate": 3 / 13},
     }
     # AND no evaluation.json: the gate must never read this job's figures as a candidate's
-    assert not (out / contract.EVALUATION_FILE).exists()
+    assert not (evaluated / contract.EVALUATION_FILE).exists()
 
 
-def test_the_planted_swaps_among_the_new_uploads_are_the_suspects(
-    champion: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    out = tmp_path / "out"
-    assert _run(champion, out, monkeypatch) == 0
-    document = json.loads((out / contract.SUSPECTS_FILE).read_text())
+def test_the_planted_swaps_among_the_new_uploads_are_the_suspects(evaluated: Path) -> None:
+    document = json.loads((evaluated / contract.SUSPECTS_FILE).read_text())
     # THEN the three red dogs and the blue cat are listed, each with the label its colour is (the blue
     # cat's eel by the validation images' threshold: no new upload is an eel); the green eel of the
     # validation images is not (only the new uploads' suspects are kept), nor is any clean image
     assert {s["key"]: s["suggested"] for s in document["suspects"]} == PLANTED_NEW
     assert all(s["given"] == s["key"].split("/")[0] for s in document["suspects"])
     assert document["suspect_count"] == 4 and document["images_checked"] == 24
-    summary = json.loads((out / contract.ARRIVALS_FILE).read_text())["suspects"]
+    summary = json.loads((evaluated / contract.ARRIVALS_FILE).read_text())["suspects"]
     assert summary == {key: document[key] for key in ("images_checked", "suspect_count", "per_label")}
 
 

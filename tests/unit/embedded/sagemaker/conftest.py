@@ -78,6 +78,13 @@ def make_emulator(
         emulator.close(timeout=30)
 
 
+@pytest.fixture
+def emulator(aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator]) -> SageMakerEmulator:
+    """An emulator with the fixture's defaults, over images in S3 under data/train (put there first)."""
+    put_images(aws["s3"], "data/train")
+    return make_emulator()
+
+
 class ClockFromLine:
     """A limit clock (JobContext.limit_clock) at 0 until the job's first attempt logs a line matching
     `pattern`, then the real seconds since: MaxRuntimeInSeconds and MaxWaitTimeInSeconds count from a

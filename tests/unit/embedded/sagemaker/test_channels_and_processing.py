@@ -160,12 +160,9 @@ def _wait_processing(emulator: SageMakerEmulator, name: str) -> dict[str, Any]:
 
 
 def test_processing_job_runs_the_image_script_on_its_inputs_and_uploads_outputs(
-    aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator]
+    aws: dict[str, Any], emulator: SageMakerEmulator
 ) -> None:
     # GIVEN images in S3 and an evaluation processing job over them
-    put_images(aws["s3"], "data/train")
-    emulator = make_emulator()
-
     # WHEN it runs
     arn = emulator.create_processing_job(**processing_request("eval-ok"))["ProcessingJobArn"]
     job = _wait_processing(emulator, "eval-ok")
@@ -200,13 +197,8 @@ def test_processing_jobs_wait_for_a_free_core(
     assert a1 <= b0 or b1 <= a0
 
 
-def test_failing_processing_job_reports_its_failure_reason(
-    aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator]
-) -> None:
+def test_failing_processing_job_reports_its_failure_reason(emulator: SageMakerEmulator) -> None:
     # GIVEN an evaluation that fails
-    put_images(aws["s3"], "data/train")
-    emulator = make_emulator()
-
     # WHEN it runs
     emulator.create_processing_job(**processing_request("eval-bad", "--fail", "no model"))
     job = _wait_processing(emulator, "eval-bad")
@@ -216,14 +208,10 @@ def test_failing_processing_job_reports_its_failure_reason(
     assert job["FailureReason"] == "AlgorithmError: RuntimeError: no model"
 
 
-def test_processing_entrypoint_without_an_image_script_fails_clearly(
-    aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator]
-) -> None:
+def test_processing_entrypoint_without_an_image_script_fails_clearly(emulator: SageMakerEmulator) -> None:
     # GIVEN an entrypoint that names a script the image lacks
-    put_images(aws["s3"], "data/train")
     request = processing_request("eval-missing")
     request["AppSpecification"]["ContainerEntrypoint"] = ["python3", "/opt/ml/code/nope.py"]
-    emulator = make_emulator()
 
     # WHEN it runs THEN it fails as the container's python does, and the reason quotes it
     emulator.create_processing_job(**request)
@@ -236,11 +224,9 @@ def test_processing_entrypoint_without_an_image_script_fails_clearly(
 
 
 def test_model_archive_holds_the_model_directory_contents(
-    aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator]
+    aws: dict[str, Any], emulator: SageMakerEmulator
 ) -> None:
     # GIVEN a completed job
-    put_images(aws["s3"], "data/train")
-    emulator = make_emulator()
     emulator.create_training_job(**training_request("archive"))
     wait_training(emulator, "archive")
 

@@ -94,11 +94,7 @@ def test_an_ended_processing_job_leaves_its_log_and_no_copy_of_its_inputs(
     assert _keys(aws["s3"], "evaluations/lean-eval/") == ["evaluations/lean-eval/evaluation.json"]
 
 
-def test_by_default_an_ended_jobs_instance_files_stay_for_inspection(
-    aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator]
-) -> None:
-    put_images(aws["s3"], "data/train")
-    emulator = make_emulator()
+def test_by_default_an_ended_jobs_instance_files_stay_for_inspection(emulator: SageMakerEmulator) -> None:
     emulator.create_training_job(**training_request("kept"))
     assert wait_training(emulator, "kept")["TrainingJobStatus"] == "Completed"
     assert emulator.wait(timeout=30)

@@ -151,21 +151,29 @@ def test_kill_during_checkpoint_write_leaves_a_torn_checkpoint_and_spot_restarts
     assert f"skipping torn checkpoint {torn.group(1)}" in second
 
 
+def _on_demand_under_the_checkpoint_write_fault(
+    aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator], name: str, **overrides: Any
+) -> dict[str, Any]:
+    """On an emulator with the fault that kills the instance while it writes a checkpoint: on-demand job
+    `name` (with `overrides`), which checkpoints, run to its end; its description."""
+    put_images(aws["s3"], "data/train")
+    emulator = make_emulator(faults=Faults.parse(["kill-checkpoint-write"]))
+    request = training_request(
+        name,
+        HyperParameters={"epochs": "2", "steps-per-epoch": "6", "step-seconds": "0.15"},
+        CheckpointConfig={"S3Uri": CHECKPOINTS},
+        **overrides,
+    )
+    emulator.create_training_job(**request)
+    return wait_training(emulator, name)
+
+
 def test_kill_during_checkpoint_write_fails_an_on_demand_job(
     aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator]
 ) -> None:
     # GIVEN the same fault and a job without managed spot
-    put_images(aws["s3"], "data/train")
-    emulator = make_emulator(faults=Faults.parse(["kill-checkpoint-write"]))
-    request = training_request(
-        "ondemand-torn",
-        HyperParameters={"epochs": "2", "steps-per-epoch": "6", "step-seconds": "0.15"},
-        CheckpointConfig={"S3Uri": CHECKPOINTS},
-    )
-
     # WHEN it writes a checkpoint
-    emulator.create_training_job(**request)
-    job = wait_training(emulator, "ondemand-torn")
+    job = _on_demand_under_the_checkpoint_write_fault(aws, make_emulator, "ondemand-torn")
 
     # THEN it fails with an InternalServerError naming the checkpoint
     assert job["TrainingJobStatus"] == "Failed"
@@ -178,18 +186,10 @@ def test_retry_strategy_restarts_an_on_demand_job_after_an_internal_error(
     aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator]
 ) -> None:
     # GIVEN the checkpoint-write fault and an on-demand job with RetryStrategy, as the state machine sends
-    put_images(aws["s3"], "data/train")
-    emulator = make_emulator(faults=Faults.parse(["kill-checkpoint-write"]))
-    request = training_request(
-        "retried",
-        HyperParameters={"epochs": "2", "steps-per-epoch": "6", "step-seconds": "0.15"},
-        CheckpointConfig={"S3Uri": CHECKPOINTS},
-        RetryStrategy={"MaximumRetryAttempts": 1},
-    )
-
     # WHEN it runs
-    emulator.create_training_job(**request)
-    job = wait_training(emulator, "retried")
+    job = _on_demand_under_the_checkpoint_write_fault(
+        aws, make_emulator, "retried", RetryStrategy={"MaximumRetryAttempts": 1}
+    )
 
     # THEN it was restarted once and completed
     assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason")

@@ -25,12 +25,9 @@ def _tar_members(s3: Any, key: str) -> dict[str, bytes]:
 
 
 def test_training_job_completes_with_model_metrics_and_artifacts(
-    aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator]
+    aws: dict[str, Any], emulator: SageMakerEmulator
 ) -> None:
     # GIVEN images under an S3 prefix and a training job over them
-    put_images(aws["s3"], "data/train")
-    emulator = make_emulator()
-
     # WHEN the job runs to the end
     arn = emulator.create_training_job(**training_request("job-ok"))["TrainingJobArn"]
     job = wait_training(emulator, "job-ok")
@@ -58,11 +55,9 @@ def test_training_job_completes_with_model_metrics_and_artifacts(
 
 
 def test_training_job_logs_go_to_the_sagemaker_log_group(
-    aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator]
+    aws: dict[str, Any], emulator: SageMakerEmulator
 ) -> None:
     # GIVEN a completed job
-    put_images(aws["s3"], "data/train")
-    emulator = make_emulator()
     emulator.create_training_job(**training_request("job-logs"))
     wait_training(emulator, "job-logs")
 
@@ -76,12 +71,8 @@ def test_training_job_logs_go_to_the_sagemaker_log_group(
     assert any("val-accuracy: " in e["message"] for e in events["events"])
 
 
-def test_failing_job_reports_the_failure_file_as_failure_reason(
-    aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator]
-) -> None:
+def test_failing_job_reports_the_failure_file_as_failure_reason(emulator: SageMakerEmulator) -> None:
     # GIVEN a job whose program writes <base>/output/failure and exits non-zero
-    put_images(aws["s3"], "data/train")
-    emulator = make_emulator()
     request = training_request("job-fails", HyperParameters={"fail": "bad labels"})
 
     # WHEN it runs
@@ -110,12 +101,8 @@ def test_missing_input_data_fails_the_job_with_a_client_error(
     assert job["FailureReason"].startswith("ClientError: Data download failed:No S3 objects found")
 
 
-def test_stop_training_job_ends_it_stopped(
-    aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator]
-) -> None:
+def test_stop_training_job_ends_it_stopped(emulator: SageMakerEmulator) -> None:
     # GIVEN a slow running job
-    put_images(aws["s3"], "data/train")
-    emulator = make_emulator()
     request = training_request("job-stop", HyperParameters={"epochs": "50", "step-seconds": "0.1"})
     emulator.create_training_job(**request)
 
@@ -198,12 +185,8 @@ def test_invalid_requests_are_refused_with_validation_exception(
     assert message in error.value.response["Error"]["Message"]
 
 
-def test_duplicate_job_name_is_refused(
-    aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator]
-) -> None:
+def test_duplicate_job_name_is_refused(emulator: SageMakerEmulator) -> None:
     # GIVEN a job that exists
-    put_images(aws["s3"], "data/train")
-    emulator = make_emulator()
     emulator.create_training_job(**training_request("job-twice"))
 
     # WHEN the same name is submitted again THEN it is refused
@@ -258,12 +241,8 @@ def test_injected_create_error_is_raised_once(
     assert wait_training(emulator, "job-throttled")["TrainingJobStatus"] == "Completed"
 
 
-def test_list_training_jobs_filters_and_sorts(
-    aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator]
-) -> None:
+def test_list_training_jobs_filters_and_sorts(emulator: SageMakerEmulator) -> None:
     # GIVEN a completed job and a failed job
-    put_images(aws["s3"], "data/train")
-    emulator = make_emulator()
     emulator.create_training_job(**training_request("list-ok"))
     emulator.create_training_job(**training_request("list-bad", HyperParameters={"fail": "x"}))
     wait_training(emulator, "list-ok")
@@ -298,11 +277,9 @@ def test_sagemaker_program_environment_picks_the_entry_script_and_null_members_a
 
 
 def test_a_job_runs_with_one_intra_op_thread_unless_its_environment_says_otherwise(
-    aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator]
+    emulator: SageMakerEmulator,
 ) -> None:
     # GIVEN two jobs on one machine, one of which sets its own thread count
-    put_images(aws["s3"], "data/train")
-    emulator = make_emulator()
     emulator.create_training_job(**training_request("threads-default"))
     emulator.create_training_job(**training_request("threads-own", Environment={"OMP_NUM_THREADS": "3"}))
     # WHEN they run THEN the first gets one thread (concurrent jobs share the cores), the second its own
@@ -343,12 +320,9 @@ def managed_debugger_request(name: str) -> dict[str, Any]:
 
 
 def test_managed_debugger_writes_the_hook_config_runs_the_rules_and_uploads_tensors(
-    aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator]
+    aws: dict[str, Any], emulator: SageMakerEmulator
 ) -> None:
     # GIVEN a job with DebugHookConfig and Debugger/profiler rules
-    put_images(aws["s3"], "data/train")
-    emulator = make_emulator()
-
     # WHEN it runs
     emulator.create_training_job(**managed_debugger_request("managed-dbg"))
     first = emulator.describe_training_job(TrainingJobName="managed-dbg")
@@ -373,12 +347,8 @@ def test_managed_debugger_writes_the_hook_config_runs_the_rules_and_uploads_tens
     assert aws["s3"].get_object(Bucket=BUCKET, Key=key)["Body"].read() == b"tensors"
 
 
-def test_rules_of_a_failed_job_are_stopped(
-    aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator]
-) -> None:
+def test_rules_of_a_failed_job_are_stopped(emulator: SageMakerEmulator) -> None:
     # GIVEN a managed-Debugger job whose container fails
-    put_images(aws["s3"], "data/train")
-    emulator = make_emulator()
     request = managed_debugger_request("managed-fails")
     request["HyperParameters"] = {"fail": "boom"}
 

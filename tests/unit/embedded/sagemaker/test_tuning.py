@@ -108,12 +108,8 @@ def test_tuning_runs_the_trials_within_the_parallel_limit_and_reports_the_best(
     assert job["BestTrainingJob"]["ObjectiveStatus"] == "Succeeded"
 
 
-def test_grid_strategy_runs_each_combination_once(
-    aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator]
-) -> None:
+def test_grid_strategy_runs_each_combination_once(emulator: SageMakerEmulator) -> None:
     # GIVEN a grid of two learning rates and no job limit
-    put_images(aws["s3"], "data/train")
-    emulator = make_emulator()
     ranges = {"CategoricalParameterRanges": [{"Name": "lr", "Values": ["0.05", "0.1"]}]}
     request = tuning_request("grid", strategy="Grid", jobs=0, parallel=2, ranges=ranges)
     del request["HyperParameterTuningJobConfig"]["ResourceLimits"]["MaxNumberOfTrainingJobs"]
@@ -212,13 +208,9 @@ def _warm_child(ranges: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-def test_warm_start_with_more_hyperparameters_than_the_parent_is_refused(
-    aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator]
-) -> None:
+def test_warm_start_with_more_hyperparameters_than_the_parent_is_refused(emulator: SageMakerEmulator) -> None:
     # GIVEN a finished parent with 3 hyperparameters, and a child that adds a static one (as a run from
     # weights adds `pretrained` to a data set whose first run started from scratch)
-    put_images(aws["s3"], "data/train")
-    emulator = make_emulator()
     _finished_parent(emulator)
     child = _warm_child({"CategoricalParameterRanges": [{"Name": "lr", "Values": ["0.1"]}]})
     child["TrainingJobDefinition"]["StaticHyperParameters"]["pretrained"] = "model.tar.gz"
@@ -230,12 +222,8 @@ def test_warm_start_with_more_hyperparameters_than_the_parent_is_refused(
     assert "'parent' (3)" in error.value.response["Error"]["Message"]
 
 
-def test_warm_start_may_move_a_hyperparameter_between_static_and_tunable(
-    aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator]
-) -> None:
+def test_warm_start_may_move_a_hyperparameter_between_static_and_tunable(emulator: SageMakerEmulator) -> None:
     # GIVEN a finished parent that tuned lr with epochs static
-    put_images(aws["s3"], "data/train")
-    emulator = make_emulator()
     _finished_parent(emulator)
     # WHEN a child tunes epochs and keeps lr static: still 3 hyperparameters
     child = _warm_child({"CategoricalParameterRanges": [{"Name": "epochs", "Values": ["1"]}]})
@@ -305,12 +293,8 @@ def test_describe_unknown_tuning_job_is_resource_not_found(
     assert error.value.response["Error"]["Code"] == "ResourceNotFound"
 
 
-def test_stopping_a_tuning_job_stops_its_running_trials(
-    aws: dict[str, Any], make_emulator: Callable[..., SageMakerEmulator]
-) -> None:
+def test_stopping_a_tuning_job_stops_its_running_trials(emulator: SageMakerEmulator) -> None:
     # GIVEN a tuning job with slow trials running
-    put_images(aws["s3"], "data/train")
-    emulator = make_emulator()
     request = tuning_request("halt", jobs=4, parallel=2)
     request["TrainingJobDefinition"]["StaticHyperParameters"].update({"epochs": "50", "step-seconds": "0.1"})
     emulator.create_hyper_parameter_tuning_job(**request)
