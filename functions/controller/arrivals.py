@@ -170,16 +170,16 @@ def read_arrivals(
     event: dict[str, Any], *, config: Config, dynamodb: DynamoDBClient, s3: S3Client
 ) -> dict[str, Any]:
     """Record the champion's figures on the new uploads and decide. `event["job"]` is the job's end
-    ({job, status}) or `event["error"]` why it did not end well; neither fails the run."""
+    ({job, status}) or the error Step Functions caught ({Error, Cause}: a refused start, a failed .sync
+    job, a failed describe); none of them fails the run."""
     run = cast("Run", event["run"])
     plan_ = run["arrivals"]
     job = dict(event.get("job") or {})
     status = str(job.get("status") or "NotStarted")
     figures: dict[str, Any] | None = None
     problem = ""
-    if event.get("error"):
-        error = event["error"]
-        problem = f"{error.get('Error', '')}: {str(error.get('Cause', ''))[:500]}"
+    if "Error" in job:
+        problem = f"{job['Error']}: {str(job.get('Cause', ''))[:500]}"
         status = "Failed"
     elif status == "Completed":
         try:

@@ -99,6 +99,7 @@ class Script:
     arrivals_suspects: tuple[str, ...] = ()
     arrivals_status: str = "Completed"
     arrivals_pending_describes: int = 0  # describes that still show the job InProgress
+    refuse_arrivals: str = ""  # an error code SageMaker answers the arrivals job's creation with
 
 
 @dataclass
@@ -316,6 +317,9 @@ class ScriptedSageMaker:
         freezing = entry.endswith(container.FREEZE_PROGRAM)
         name = request["ProcessingJobName"]
         arriving = name.endswith("eval-arrivals")
+        if arriving and self.script.refuse_arrivals:
+            limit = "The account-level service limit 'ml.m5.xlarge for processing job usage' is 0 Instances"
+            raise client_error(self.script.refuse_arrivals, limit, "CreateProcessingJob")
         self._record("freeze" if freezing else "arrivals" if arriving else "processing", request)
         output = request["ProcessingOutputConfig"]["Outputs"][0]["S3Output"]["S3Uri"].rstrip("/")
         if freezing:
@@ -1065,6 +1069,22 @@ def test_a_failed_check_of_the_new_uploads_never_fails_the_run(harness: Harness)
     assert record["status"] == "SUCCEEDED"
     assert record["arrivals"]["status"] == "Failed" and "top1" not in record["arrivals"]
     assert "The champion on the new uploads: no figures" in harness.notifications()[-1]["Message"]
+
+
+@pytest.mark.parametrize("train_when", ["always", "drift"])
+def test_a_refused_check_of_the_new_uploads_is_recorded_with_sagemakers_words(
+    harness: Harness, short_waits: None, train_when: str
+) -> None:
+    # GIVEN SageMaker refuses to create the champion's job on the new uploads
+    harness.script.refuse_arrivals = "ValidationException"
+    # WHEN the second run executes, the check beside tuning (always) or before it (drift)
+    result = _second_run(harness, train_when=train_when)
+    # THEN the run trains and registers, and the record says why there are no figures, in SageMaker's words
+    assert result["status"] == "SUCCEEDED", result
+    record = harness.record("flowers-00002")
+    assert record["status"] == "SUCCEEDED" and record["arrivals"]["status"] == "Failed"
+    assert "processing job usage' is 0 Instances" in record["arrivals"]["problem"]
+    assert record["arrivals"]["decision"] == "train"
 
 
 def test_drift_ends_a_run_whose_champion_does_as_well_on_the_new_uploads(harness: Harness) -> None:
