@@ -63,6 +63,8 @@ def finalize(
         "finished_at": at,
         "updated_at": at,
         **time_totals(run, record, sagemaker=sagemaker),
+        # the gate records its own decision; a run that never reached it records TrainWhen's here
+        **({"gate": dict(decision)} if not_needed else {}),
     }
     import_task = str((event.get("import") or {}).get("task_id") or "")
     if import_task:
@@ -94,9 +96,6 @@ def finalize(
         value=1,
     )
     next_run = None
-    if not_needed:
-        gate = {"gate": dict(decision)}
-        runs.update_run(dataset, run_id, gate, table_name=config.runs_table, client=dynamodb)
     if sfn is not None and config.state_machine_arn:
         outcome = dispatch.consider(dataset, now=moment, config=config, dynamodb=dynamodb, sfn=sfn)
         next_run = outcome.run_id if outcome.action == "started" else None
